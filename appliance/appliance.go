@@ -1,0 +1,229 @@
+// Package appliance assembles the daemon: it connects to the device (the
+// built-in virtual box or a real link), opens the SQLite ledger in the data
+// directory and runs the capacity Manager over them. cmd/cxlpoold is a thin
+// main around it; tests use it to run whole daemons.
+package appliance
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"cxlpool/dcd"
+	"cxlpool/dcd/sqlite"
+	"cxlpool/fabric"
+	"cxlpool/fabric/fm"
+	"cxlpool/fabric/serial"
+	"cxlpool/sim"
+)
+
+// DeviceSim names the built-in virtual box as the device.
+const DeviceSim = "sim"
+
+// LedgerFile is the SQLite inventory's name inside the data directory.
+const LedgerFile = "inventory.db"
+
+// Config describes one daemon.
+type Config struct {
+	// Device is where the device is: "sim" (in-process virtual box),
+	// tcp://HOST:PORT, unix:PATH or tty:/dev/ttyX.
+	Device string
+	// DataDir holds the SQLite inventory and keys; created 0700.
+	DataDir string
+	// Listen is the API's address (served by the API once it is built in).
+	Listen string
+	// Sim configures the in-process virtual box when Device is "sim".
+	Sim    sim.Config
+	FM     fm.Config
+	Logger *slog.Logger
+	Clock  func() time.Time
+	// AddTimeout and ReleaseTimeout bound how long hosts may take to
+	// answer (see dcd.Config).
+	AddTimeout, ReleaseTimeout time.Duration
+	// Synchronous is the ledger's SQLite durability level ("FULL").
+	Synchronous string
+}
+
+// Appliance is a running daemon's parts.
+type Appliance struct {
+	cfg     Config
+	Box     *sim.Box // the in-process virtual box, nil for a real device
+	Device  *fm.Client
+	Ledger  *sqlite.Ledger
+	Manager *dcd.Manager
+	closers []func() error
+}
+
+// Open connects to the device and opens the ledger. On error nothing is
+// left open.
+func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Device == "" {
+		cfg.Device = DeviceSim
+	}
+	if cfg.DataDir == "" {
+		return nil, errors.New("appliance: a data directory is required")
+	}
+	a = &Appliance{cfg: cfg}
+	defer func() {
+		if err != nil {
+			a.Close()
+		}
+	}()
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, fmt.Errorf("appliance: data directory: %w", err)
+	}
+	led, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, LedgerFile), sqlite.Options{
+		Logger: cfg.Logger, Clock: cfg.Clock, Synchronous: cfg.Synchronous})
+	if err != nil {
+		return nil, fmt.Errorf("appliance: %w", err)
+	}
+	a.Ledger = led
+	a.closers = append(a.closers, led.Close)
+
+	rw, err := a.dial(ctx)
+	if err != nil {
+		return nil, err
+	}
+	fcfg := cfg.FM
+	if fcfg.Logger == nil {
+		fcfg.Logger = cfg.Logger.With("component", "fm")
+	}
+	if fcfg.Clock == nil {
+		fcfg.Clock = cfg.Clock
+	}
+	link := serial.NewLink(rw, serial.LinkConfig{Logger: cfg.Logger})
+	dev, err := fm.Open(ctx, link, fcfg)
+	if err != nil {
+		link.Close()
+		return nil, fmt.Errorf("appliance: device %s: %w", cfg.Device, err)
+	}
+	a.Device = dev
+	a.closers = append(a.closers, dev.Close)
+
+	mgr, err := dcd.NewManager(dcd.Config{Ledger: led, Device: dev, Logger: cfg.Logger.With("component", "dcd"),
+		Clock: cfg.Clock, AddTimeout: cfg.AddTimeout, ReleaseTimeout: cfg.ReleaseTimeout})
+	if err != nil {
+		return nil, err
+	}
+	a.Manager = mgr
+	return a, nil
+}
+
+// dial returns the byte stream that carries DSP0253 frames to the device.
+// For the virtual box it is one end of a socketpair whose other end the
+// box serves, so the daemon speaks exactly the bytes it would speak to
+// hardware.
+func (a *Appliance) dial(ctx context.Context) (io.ReadWriteCloser, error) {
+	if a.cfg.Device != DeviceSim {
+		rw, err := serial.Dial(ctx, a.cfg.Device)
+		if err != nil {
+			return nil, fmt.Errorf("appliance: device %s: %w", a.cfg.Device, err)
+		}
+		return rw, nil
+	}
+	scfg := a.cfg.Sim
+	if scfg.Logger == nil {
+		scfg.Logger = a.cfg.Logger.With("component", "sim")
+	}
+	box, err := sim.New(scfg)
+	if err != nil {
+		return nil, fmt.Errorf("appliance: virtual box: %w", err)
+	}
+	a.Box = box
+	a.closers = append(a.closers, box.Close)
+	ours, theirs, err := socketPair()
+	if err != nil {
+		return nil, fmt.Errorf("appliance: virtual box link: %w", err)
+	}
+	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := box.ServeConn(sctx, theirs); err != nil && sctx.Err() == nil {
+			a.cfg.Logger.Debug("virtual box link ended", "err", err)
+		}
+	}()
+	a.closers = append(a.closers, func() error { cancel(); theirs.Close(); <-done; return nil })
+	return ours, nil
+}
+
+func socketPair() (net.Conn, net.Conn, error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	conn := func(fd int, name string) (net.Conn, error) {
+		f := os.NewFile(uintptr(fd), name)
+		defer f.Close() // net.FileConn dups the descriptor
+		return net.FileConn(f)
+	}
+	c0, err := conn(fds[0], "fm")
+	if err != nil {
+		unix.Close(fds[1])
+		return nil, nil, err
+	}
+	c1, err := conn(fds[1], "box")
+	if err != nil {
+		c0.Close()
+		return nil, nil, err
+	}
+	return c0, c1, nil
+}
+
+// Start discovers the device, reconciles the ledger with it and starts
+// following device events until ctx ends.
+func (a *Appliance) Start(ctx context.Context) error {
+	if err := a.Manager.Start(ctx); err != nil {
+		return fmt.Errorf("appliance: %w", err)
+	}
+	return nil
+}
+
+// Close stops everything Open started, in reverse order.
+func (a *Appliance) Close() error {
+	var errs []error
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		errs = append(errs, a.closers[i]())
+	}
+	a.closers = nil
+	return errors.Join(errs...)
+}
+
+// Summary describes the box for people, one line per fact.
+func Summary(box fabric.Box, ledgerPath string) []string {
+	up := 0
+	for _, h := range box.Heads {
+		if h.LinkUp {
+			up++
+		}
+	}
+	lines := []string{
+		fmt.Sprintf("device: serial %#016x, firmware %q, %d heads (%d links up)", box.Identity.Serial,
+			box.Identity.FirmwareRevision, len(box.Heads), up),
+		fmt.Sprintf("dynamic capacity: %s in %d regions", FormatSize(box.TotalDynamic), len(box.Regions)),
+	}
+	for _, r := range box.Regions {
+		share := "not sharable"
+		if r.Sharable {
+			share = "sharable"
+		}
+		lines = append(lines, fmt.Sprintf("  region %d: %s at DPA %#x, block %s, %s, sanitize on release %v",
+			r.Index, FormatSize(r.Length), r.Base, FormatSize(r.BlockSize), share, r.SanitizeOnRelease))
+	}
+	lines = append(lines, "ledger: "+ledgerPath)
+	return lines
+}

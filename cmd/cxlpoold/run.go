@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"time"
+
+	"cxlpool/appliance"
+	"cxlpool/sim"
+)
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("cxlpoold", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	device := fs.String("device", appliance.DeviceSim, "where the device is: sim (built-in virtual box), tcp://HOST:PORT, unix:PATH or tty:/dev/ttyX")
+	data := fs.String("data", "./var", "data directory (SQLite inventory, keys)")
+	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
+	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	simHeads := fs.Int("sim-heads", 8, "virtual box: number of host heads")
+	simCap := fs.String("sim-capacity", "1TiB", "virtual box: dynamic capacity")
+	simBlock := fs.String("sim-block-size", "256MiB", "virtual box: DC block size")
+	addTimeout := fs.Duration("add-timeout", 10*time.Second, "how long a host may take to accept offered capacity")
+	releaseTimeout := fs.Duration("release-timeout", 10*time.Second, "how long a host may take to release before the release is forced")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+
+	scfg := sim.DefaultConfig()
+	scfg.Heads = *simHeads
+	var err error
+	if scfg.Capacity, err = appliance.ParseSize(*simCap); err != nil {
+		return fmt.Errorf("--sim-capacity: %w", err)
+	}
+	if scfg.BlockSize, err = appliance.ParseSize(*simBlock); err != nil {
+		return fmt.Errorf("--sim-block-size: %w", err)
+	}
+
+	app, err := appliance.Open(ctx, appliance.Config{
+		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
+		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
+	})
+	if err != nil {
+		return err
+	}
+	defer app.Close()
+	fmt.Fprintf(stdout, "cxlpoold: connecting to device %s\n", *device)
+	if err := app.Start(ctx); err != nil {
+		return err
+	}
+	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
+		fmt.Fprintln(stdout, "cxlpoold:", l)
+	}
+	fmt.Fprintf(stdout, "cxlpoold: running; the Redfish API for %s is not part of this build yet (see api/README.md); Ctrl-C stops\n", *listen)
+	<-ctx.Done()
+	fmt.Fprintln(stdout, "cxlpoold: stopping")
+	app.Manager.Wait()
+	return nil
+}

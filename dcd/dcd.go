@@ -1,0 +1,180 @@
+// Package dcd allocates the box's dynamic capacity to hosts. It declares the
+// capacity domain (hosts, regions, chunks, grants, extents), the Ledger that
+// keeps it durable (implemented by dcd/sqlite) and the Manager that runs the
+// reserve → grant → share → release → delete flows against a fabric.Device,
+// keeping the ledger and the device in agreement across crashes.
+package dcd
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"cxlpool/fabric/cci"
+)
+
+// Domain errors. The API maps each to one Redfish message.
+var (
+	ErrNotFound      = errors.New("not found")
+	ErrNoCapacity    = errors.New("not enough free capacity")
+	ErrQuotaExceeded = errors.New("host quota exceeded")
+	ErrConflict      = errors.New("conflicts with the current state")
+	ErrInvalid       = errors.New("invalid request")
+	ErrNotSharable   = errors.New("chunk is not sharable")
+	ErrHostRejected  = errors.New("host rejected the capacity")
+	ErrHostTimeout   = errors.New("host did not answer in time")
+	ErrLinkDown      = errors.New("host link is down")
+	ErrDeviceBusy    = errors.New("device is busy")
+	ErrDevice        = errors.New("device error")
+)
+
+// HostID is a host's LD-ID on the multi-headed device (0–7 in this box).
+type HostID uint16
+
+// Host is one host attached to a head.
+type Host struct {
+	ID     HostID
+	Port   uint8
+	Name   string
+	Quota  uint64 // bytes; 0 means no limit
+	LinkUp bool
+}
+
+// Region is a DC region as the ledger knows it.
+type Region struct {
+	Index             int
+	Base              uint64
+	Length            uint64
+	BlockSize         uint64
+	Sharable          bool
+	SanitizeOnRelease bool
+}
+
+// Inventory is what discovery found, written into the ledger at start.
+type Inventory struct {
+	Serial  uint64
+	Hosts   []Host
+	Regions []Region
+}
+
+// ChunkID identifies a chunk (a reservation of pool capacity).
+type ChunkID int64
+
+// Chunk is a reservation of Size bytes in one region. Its Tag names its
+// capacity on the device from the first grant on, and is the idempotency
+// key of every device command about it.
+type Chunk struct {
+	ID       ChunkID
+	Name     string
+	Region   int
+	Size     uint64
+	Tag      cci.Tag
+	Sharable bool
+	Created  time.Time
+}
+
+// GrantState is the life cycle of one host's access to one chunk.
+type GrantState string
+
+// Grant states (see shared/specs/ledger-design.md).
+const (
+	GrantAdding    GrantState = "adding"    // intent written, add sent or about to be
+	GrantGranted   GrantState = "granted"   // the host holds Extents
+	GrantReleasing GrantState = "releasing" // release intent written
+	GrantReleased  GrantState = "released"  // terminal
+	GrantFailed    GrantState = "failed"    // terminal: rejected, timed out, link down
+	GrantLost      GrantState = "lost"      // terminal: device no longer holds what the ledger said
+)
+
+// Active reports whether the grant still holds or may hold capacity.
+func (s GrantState) Active() bool {
+	return s == GrantAdding || s == GrantGranted || s == GrantReleasing
+}
+
+// GrantID identifies a grant.
+type GrantID int64
+
+// Grant is one host's access to one chunk.
+type Grant struct {
+	ID      GrantID
+	Chunk   ChunkID
+	Host    HostID
+	State   GrantState
+	Extents []cci.Extent // what the host accepted, exactly
+	Reason  string       // why it failed or was lost
+	Created time.Time
+	Updated time.Time
+}
+
+// Size is the capacity the host accepted.
+func (g Grant) Size() uint64 {
+	var n uint64
+	for _, e := range g.Extents {
+		n += e.Length
+	}
+	return n
+}
+
+// Orphan is capacity the device holds under a tag no ledger row explains.
+// It is never handed out until an administrator releases it.
+type Orphan struct {
+	Host    HostID
+	Tag     cci.Tag
+	Extents []cci.Extent
+	Found   time.Time
+}
+
+// GrantFilter selects grants; zero fields match everything.
+type GrantFilter struct {
+	Host   *HostID
+	Chunk  ChunkID
+	Active bool // only adding, granted, releasing
+}
+
+// Ledger is the durable record of the capacity domain. Every method is one
+// transaction: it either happens completely or not at all.
+type Ledger interface {
+	// SyncInventory records the discovered hosts and regions, keeping
+	// administrator settings (host names, quotas).
+	SyncInventory(ctx context.Context, inv Inventory) error
+	Hosts(ctx context.Context) ([]Host, error)
+	Host(ctx context.Context, id HostID) (Host, error)
+	SetHostQuota(ctx context.Context, id HostID, quota uint64) error
+	Regions(ctx context.Context) ([]Region, error)
+
+	// CreateChunk reserves capacity: it fails with ErrNoCapacity when the
+	// region's length minus live chunks and orphans is less than Size, and
+	// ErrInvalid for an unknown region, a size that is not a positive block
+	// multiple, or Sharable in a region that is not.
+	CreateChunk(ctx context.Context, c Chunk) (Chunk, error)
+	Chunk(ctx context.Context, id ChunkID) (Chunk, error)
+	Chunks(ctx context.Context) ([]Chunk, error)
+	// DeleteChunk fails with ErrConflict while the chunk has active grants.
+	DeleteChunk(ctx context.Context, id ChunkID) error
+
+	// BeginGrant writes the intent to add chunk capacity to host (state
+	// adding). It fails with ErrNotFound (chunk or host), ErrConflict (the
+	// host already has an active grant of it, or a non-sharable chunk is
+	// already granted to another host), ErrNotSharable, ErrQuotaExceeded.
+	BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (Grant, error)
+	// CompleteGrant moves adding → granted with exactly the accepted extents.
+	CompleteGrant(ctx context.Context, id GrantID, extents []cci.Extent) (Grant, error)
+	// FailGrant moves adding → failed.
+	FailGrant(ctx context.Context, id GrantID, reason string) (Grant, error)
+	// BeginRelease moves granted → releasing (idempotent on releasing).
+	BeginRelease(ctx context.Context, id GrantID) (Grant, error)
+	// CompleteRelease moves releasing → released.
+	CompleteRelease(ctx context.Context, id GrantID) (Grant, error)
+	// MarkLost moves an active grant to lost.
+	MarkLost(ctx context.Context, id GrantID, reason string) (Grant, error)
+	Grant(ctx context.Context, id GrantID) (Grant, error)
+	Grants(ctx context.Context, f GrantFilter) ([]Grant, error)
+
+	// RecordOrphan remembers capacity no ledger row explains (idempotent
+	// per host and tag); ClearOrphan forgets it once released.
+	RecordOrphan(ctx context.Context, o Orphan) error
+	ClearOrphan(ctx context.Context, host HostID, tag cci.Tag) error
+	Orphans(ctx context.Context) ([]Orphan, error)
+
+	Close() error
+}

@@ -1,0 +1,213 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric/cci"
+)
+
+// CreateChunk reserves c.Size bytes in region c.Region. The admission check
+// and the insert are one transaction, so two concurrent requests cannot both
+// take the last free bytes. A zero c.Tag gets a fresh one; ID and Created are
+// filled in.
+func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error) {
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		r, err := scanRegion(tx.QueryRowContext(ctx, `SELECT `+regionColumns+` FROM regions WHERE idx = ?`, c.Region))
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("unknown region: %w", dcd.ErrInvalid)
+		}
+		if err != nil {
+			return err
+		}
+		if c.Size == 0 || c.Size%r.BlockSize != 0 || c.Size > math.MaxInt64 {
+			return fmt.Errorf("size must be a positive multiple of the block size %d: %w", r.BlockSize, dcd.ErrInvalid)
+		}
+		if c.Sharable && !r.Sharable {
+			// Both: the request is invalid, and why is that sharing is
+			// not possible there.
+			return fmt.Errorf("region is not sharable: %w: %w", dcd.ErrNotSharable, dcd.ErrInvalid)
+		}
+		free, err := regionFree(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		if c.Size > free {
+			return fmt.Errorf("%d bytes free in the region: %w", free, dcd.ErrNoCapacity)
+		}
+		if c.Tag.IsZero() {
+			c.Tag = cci.NewTag()
+		} else {
+			var n int
+			if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM chunks WHERE tag = ?`, c.Tag[:]).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return fmt.Errorf("tag %s already used: %w", c.Tag, dcd.ErrConflict)
+			}
+		}
+		c.Created = l.now()
+		res, err := tx.ExecContext(ctx, `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`,
+			c.Name, c.Region, i64(c.Size), c.Tag[:], boolInt(c.Sharable), unixNano(c.Created))
+		if err != nil {
+			return err
+		}
+		id, err := res.LastInsertId()
+		c.ID = dcd.ChunkID(id)
+		return err
+	})
+	if err != nil {
+		return dcd.Chunk{}, fmt.Errorf("ledger: create chunk %q region %d size %d: %w", c.Name, c.Region, c.Size, err)
+	}
+	return c, nil
+}
+
+// regionFree is the region's length minus its live chunks and the orphaned
+// extents that fall inside it (orphaned capacity is never handed out).
+func regionFree(ctx context.Context, tx *sql.Tx, r dcd.Region) (uint64, error) {
+	var reserved int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`,
+		r.Index).Scan(&reserved); err != nil {
+		return 0, fmt.Errorf("reserved capacity: %w", err)
+	}
+	used := u64(reserved)
+	rows, err := tx.QueryContext(ctx, `SELECT dpa, length FROM orphan_extents`)
+	if err != nil {
+		return 0, fmt.Errorf("orphaned capacity: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var dpa, length int64
+		if err := rows.Scan(&dpa, &length); err != nil {
+			return 0, fmt.Errorf("orphaned capacity: %w", err)
+		}
+		used = addSat(used, overlap(u64(dpa), u64(length), r.Base, r.Length))
+	}
+	if err := rows.Err(); err != nil {
+		return 0, fmt.Errorf("orphaned capacity: %w", err)
+	}
+	if used >= r.Length {
+		return 0, nil
+	}
+	return r.Length - used, nil
+}
+
+// overlap is the length of [a, a+alen) ∩ [b, b+blen), saturating at the top
+// of the address space.
+func overlap(a, alen, b, blen uint64) uint64 {
+	lo, hi := max(a, b), min(addSat(a, alen), addSat(b, blen))
+	if hi <= lo {
+		return 0
+	}
+	return hi - lo
+}
+
+func addSat(a, b uint64) uint64 {
+	if s := a + b; s >= a {
+		return s
+	}
+	return math.MaxUint64
+}
+
+const chunkColumns = `id, name, region, size, tag, sharable, created`
+
+func scanChunk(row interface{ Scan(...any) error }) (dcd.Chunk, error) {
+	var c dcd.Chunk
+	var size, created int64
+	var tag []byte
+	if err := row.Scan(&c.ID, &c.Name, &c.Region, &size, &tag, &c.Sharable, &created); err != nil {
+		return dcd.Chunk{}, err
+	}
+	var err error
+	c.Tag, err = toTag(tag)
+	c.Size, c.Created = u64(size), fromNano(created)
+	return c, err
+}
+
+func toTag(b []byte) (cci.Tag, error) {
+	var t cci.Tag
+	if len(b) != len(t) {
+		return t, fmt.Errorf("stored tag has %d bytes, want %d", len(b), len(t))
+	}
+	copy(t[:], b)
+	return t, nil
+}
+
+// getChunk returns a live chunk, or dcd.ErrNotFound for an unknown or
+// deleted one.
+func getChunk(ctx context.Context, tx *sql.Tx, id dcd.ChunkID) (dcd.Chunk, error) {
+	c, err := scanChunk(tx.QueryRowContext(ctx, `SELECT `+chunkColumns+` FROM chunks WHERE id = ? AND deleted IS NULL`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = dcd.ErrNotFound
+	}
+	if err != nil {
+		return dcd.Chunk{}, fmt.Errorf("chunk %d: %w", id, err)
+	}
+	return c, nil
+}
+
+// Chunk returns a live chunk, or dcd.ErrNotFound.
+func (l *Ledger) Chunk(ctx context.Context, id dcd.ChunkID) (dcd.Chunk, error) {
+	var c dcd.Chunk
+	err := l.read(ctx, func(tx *sql.Tx) error {
+		var err error
+		c, err = getChunk(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return dcd.Chunk{}, fmt.Errorf("ledger: %w", err)
+	}
+	return c, nil
+}
+
+// Chunks returns the live chunks by ID.
+func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
+	var chunks []dcd.Chunk
+	err := l.read(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+chunkColumns+` FROM chunks WHERE deleted IS NULL ORDER BY id`)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			c, err := scanChunk(rows)
+			if err != nil {
+				return err
+			}
+			chunks = append(chunks, c)
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: chunks: %w", err)
+	}
+	return chunks, nil
+}
+
+// DeleteChunk frees a chunk's reservation. The row stays (deleted) so its
+// grants keep their history and its tag is never issued again.
+func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		if _, err := getChunk(ctx, tx, id); err != nil {
+			return err
+		}
+		var active int
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM grants WHERE chunk = ? AND state IN `+activeStates,
+			id).Scan(&active); err != nil {
+			return err
+		}
+		if active > 0 {
+			return fmt.Errorf("%d active grants: %w", active, dcd.ErrConflict)
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE chunks SET deleted = ? WHERE id = ?`, unixNano(l.now()), id)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: delete chunk %d: %w", id, err)
+	}
+	return nil
+}

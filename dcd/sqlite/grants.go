@@ -1,0 +1,316 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric/cci"
+)
+
+// activeStates is the SQL list of dcd.GrantState.Active states.
+const activeStates = `('adding', 'granted', 'releasing')`
+
+// BeginGrant writes the intent to add chunk to host (state adding). The
+// admission checks and the insert are one transaction.
+func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID) (dcd.Grant, error) {
+	var g dcd.Grant
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		c, err := getChunk(ctx, tx, chunk)
+		if err != nil {
+			return err
+		}
+		h, err := getHost(ctx, tx, host)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id, host, state FROM grants WHERE chunk = ? AND state IN `+activeStates+` ORDER BY id`, chunk)
+		if err != nil {
+			return err
+		}
+		type holder struct {
+			id    dcd.GrantID
+			host  dcd.HostID
+			state dcd.GrantState
+		}
+		var holders []holder
+		for rows.Next() {
+			var x holder
+			if err := rows.Scan(&x.id, &x.host, &x.state); err != nil {
+				rows.Close()
+				return err
+			}
+			holders = append(holders, x)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		for _, x := range holders {
+			if x.host == host {
+				return fmt.Errorf("host already has grant %d (%s) of the chunk: %w", x.id, x.state, dcd.ErrConflict)
+			}
+		}
+		if len(holders) > 0 && !c.Sharable {
+			return fmt.Errorf("chunk is granted to host %d (grant %d): %w: %w",
+				holders[0].host, holders[0].id, dcd.ErrNotSharable, dcd.ErrConflict)
+		}
+		if h.Quota > 0 {
+			var held int64
+			if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(c.size), 0) FROM grants g JOIN chunks c ON c.id = g.chunk
+				WHERE g.host = ? AND g.state IN `+activeStates, host).Scan(&held); err != nil {
+				return err
+			}
+			if used := u64(held); c.Size > h.Quota || used > h.Quota-c.Size {
+				return fmt.Errorf("host holds %d of %d bytes, chunk needs %d: %w", used, h.Quota, c.Size, dcd.ErrQuotaExceeded)
+			}
+		}
+		now := l.now()
+		res, err := tx.ExecContext(ctx, `INSERT INTO grants (chunk, host, state, created, updated) VALUES (?, ?, ?, ?, ?)`,
+			chunk, host, dcd.GrantAdding, unixNano(now), unixNano(now))
+		if err != nil {
+			return err
+		}
+		id, err := res.LastInsertId()
+		g = dcd.Grant{ID: dcd.GrantID(id), Chunk: chunk, Host: host, State: dcd.GrantAdding, Created: now, Updated: now}
+		return err
+	})
+	if err != nil {
+		return dcd.Grant{}, fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
+	}
+	return g, nil
+}
+
+// CompleteGrant moves adding → granted, recording exactly extents.
+func (l *Ledger) CompleteGrant(ctx context.Context, id dcd.GrantID, extents []cci.Extent) (dcd.Grant, error) {
+	return l.move(ctx, "complete grant", id, move{
+		from: []dcd.GrantState{dcd.GrantAdding}, to: dcd.GrantGranted,
+		setExtents: true, extents: extents,
+	})
+}
+
+// FailGrant moves adding → failed.
+func (l *Ledger) FailGrant(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
+	return l.move(ctx, "fail grant", id, move{
+		from: []dcd.GrantState{dcd.GrantAdding}, to: dcd.GrantFailed,
+		setReason: true, reason: reason,
+	})
+}
+
+// BeginRelease moves granted → releasing; a grant already releasing is
+// returned unchanged, so a restarted release can repeat it.
+func (l *Ledger) BeginRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
+	return l.move(ctx, "begin release", id, move{
+		from: []dcd.GrantState{dcd.GrantGranted}, to: dcd.GrantReleasing, stay: true,
+	})
+}
+
+// CompleteRelease moves releasing → released. The extents stay as history.
+func (l *Ledger) CompleteRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
+	return l.move(ctx, "complete release", id, move{
+		from: []dcd.GrantState{dcd.GrantReleasing}, to: dcd.GrantReleased,
+	})
+}
+
+// MarkLost moves an active grant (adding, granted, releasing) to lost.
+func (l *Ledger) MarkLost(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
+	return l.move(ctx, "mark lost", id, move{
+		from: []dcd.GrantState{dcd.GrantAdding, dcd.GrantGranted, dcd.GrantReleasing}, to: dcd.GrantLost,
+		setReason: true, reason: reason,
+	})
+}
+
+// move is one state transition of a grant.
+type move struct {
+	from       []dcd.GrantState // allowed source states
+	to         dcd.GrantState
+	stay       bool // a grant already in `to` is returned unchanged
+	setReason  bool
+	reason     string
+	setExtents bool // replace the extents
+	extents    []cci.Extent
+}
+
+func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (dcd.Grant, error) {
+	var g dcd.Grant
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		var err error
+		if g, err = getGrant(ctx, tx, id); err != nil {
+			return err
+		}
+		if m.stay && g.State == m.to {
+			return nil
+		}
+		if !slices.Contains(m.from, g.State) {
+			return fmt.Errorf("grant is %s, moving to %s needs %s: %w", g.State, m.to, joinStates(m.from), dcd.ErrConflict)
+		}
+		now := l.now()
+		if m.setReason {
+			g.Reason = m.reason
+		}
+		if _, err := tx.ExecContext(ctx, `UPDATE grants SET state = ?, reason = ?, updated = ? WHERE id = ?`,
+			m.to, g.Reason, unixNano(now), id); err != nil {
+			return err
+		}
+		g.State, g.Updated = m.to, now
+		if m.setExtents {
+			if _, err := tx.ExecContext(ctx, `DELETE FROM extents WHERE grant_id = ?`, id); err != nil {
+				return err
+			}
+			for i, e := range m.extents {
+				if _, err := tx.ExecContext(ctx, `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`,
+					id, i, i64(e.DPA), i64(e.Length), e.Tag[:], e.SharedSeq); err != nil {
+					return fmt.Errorf("extent %d: %w", i, err)
+				}
+			}
+			g.Extents = slices.Clone(m.extents)
+		}
+		return nil
+	})
+	if err != nil {
+		return dcd.Grant{}, fmt.Errorf("ledger: %s %d: %w", op, id, err)
+	}
+	return g, nil
+}
+
+func joinStates(states []dcd.GrantState) string {
+	s := make([]string, len(states))
+	for i, st := range states {
+		s[i] = string(st)
+	}
+	return strings.Join(s, " or ")
+}
+
+const grantColumns = `id, chunk, host, state, reason, created, updated`
+
+func scanGrant(row interface{ Scan(...any) error }) (dcd.Grant, error) {
+	var g dcd.Grant
+	var created, updated int64
+	if err := row.Scan(&g.ID, &g.Chunk, &g.Host, &g.State, &g.Reason, &created, &updated); err != nil {
+		return dcd.Grant{}, err
+	}
+	g.Created, g.Updated = fromNano(created), fromNano(updated)
+	return g, nil
+}
+
+func scanExtent(row interface{ Scan(...any) error }, dest ...any) (cci.Extent, error) {
+	var e cci.Extent
+	var dpa, length int64
+	var tag []byte
+	if err := row.Scan(append(dest, &dpa, &length, &tag, &e.SharedSeq)...); err != nil {
+		return cci.Extent{}, err
+	}
+	var err error
+	e.Tag, err = toTag(tag)
+	e.DPA, e.Length = u64(dpa), u64(length)
+	return e, err
+}
+
+// getGrant returns one grant with its extents, or dcd.ErrNotFound.
+func getGrant(ctx context.Context, tx *sql.Tx, id dcd.GrantID) (dcd.Grant, error) {
+	g, err := scanGrant(tx.QueryRowContext(ctx, `SELECT `+grantColumns+` FROM grants WHERE id = ?`, id))
+	if errors.Is(err, sql.ErrNoRows) {
+		err = dcd.ErrNotFound
+	}
+	if err != nil {
+		return dcd.Grant{}, fmt.Errorf("grant %d: %w", id, err)
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`, id)
+	if err != nil {
+		return dcd.Grant{}, fmt.Errorf("grant %d extents: %w", id, err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		e, err := scanExtent(rows)
+		if err != nil {
+			return dcd.Grant{}, fmt.Errorf("grant %d extents: %w", id, err)
+		}
+		g.Extents = append(g.Extents, e)
+	}
+	if err := rows.Err(); err != nil {
+		return dcd.Grant{}, fmt.Errorf("grant %d extents: %w", id, err)
+	}
+	return g, nil
+}
+
+// Grant returns one grant with its extents, or dcd.ErrNotFound.
+func (l *Ledger) Grant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
+	var g dcd.Grant
+	err := l.read(ctx, func(tx *sql.Tx) error {
+		var err error
+		g, err = getGrant(ctx, tx, id)
+		return err
+	})
+	if err != nil {
+		return dcd.Grant{}, fmt.Errorf("ledger: %w", err)
+	}
+	return g, nil
+}
+
+// Grants returns the grants f selects, with their extents, by ID.
+func (l *Ledger) Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, error) {
+	var where []string
+	var args []any
+	if f.Host != nil {
+		where, args = append(where, `host = ?`), append(args, *f.Host)
+	}
+	if f.Chunk != 0 {
+		where, args = append(where, `chunk = ?`), append(args, f.Chunk)
+	}
+	if f.Active {
+		where = append(where, `state IN `+activeStates)
+	}
+	cond := ``
+	if len(where) > 0 {
+		cond = ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	var grants []dcd.Grant
+	err := l.read(ctx, func(tx *sql.Tx) error {
+		rows, err := tx.QueryContext(ctx, `SELECT `+grantColumns+` FROM grants`+cond+` ORDER BY id`, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		index := make(map[dcd.GrantID]int)
+		for rows.Next() {
+			g, err := scanGrant(rows)
+			if err != nil {
+				return err
+			}
+			index[g.ID] = len(grants)
+			grants = append(grants, g)
+		}
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows.Close()
+		if len(grants) == 0 {
+			return nil
+		}
+		ext, err := tx.QueryContext(ctx, `SELECT grant_id, dpa, length, tag, shared_seq FROM extents
+			WHERE grant_id IN (SELECT id FROM grants`+cond+`) ORDER BY grant_id, idx`, args...)
+		if err != nil {
+			return fmt.Errorf("extents: %w", err)
+		}
+		defer ext.Close()
+		for ext.Next() {
+			var id dcd.GrantID
+			e, err := scanExtent(ext, &id)
+			if err != nil {
+				return fmt.Errorf("extents: %w", err)
+			}
+			if i, ok := index[id]; ok {
+				grants[i].Extents = append(grants[i].Extents, e)
+			}
+		}
+		return ext.Err()
+	})
+	if err != nil {
+		return nil, fmt.Errorf("ledger: grants: %w", err)
+	}
+	return grants, nil
+}

@@ -1,0 +1,214 @@
+// Package sqlite implements dcd.Ledger on a SQLite database (the pure-Go
+// modernc.org/sqlite driver, so the firmware builds with CGO_ENABLED=0).
+//
+// The ledger is the write-ahead record of every capacity decision, so a
+// committed transaction must survive a power loss: the database runs in WAL
+// mode with synchronous=FULL by default. All access goes through one
+// connection, which serializes transactions inside the process (SQLite
+// allows one writer anyway) and keeps per-connection pragmas consistent.
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"strings"
+	"time"
+
+	msqlite "modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	"cxlpool/dcd"
+)
+
+// Options configures a Ledger.
+type Options struct {
+	// Logger receives migration and retry notices; nil discards them.
+	Logger *slog.Logger
+	// Clock stamps rows; nil means time.Now.
+	Clock func() time.Time
+	// Synchronous is the SQLite synchronous level: "FULL" (the default,
+	// a committed grant survives power loss) or "NORMAL" (WAL commits are
+	// not fsynced; a power loss may undo the last transactions).
+	Synchronous string
+}
+
+// Ledger is a dcd.Ledger stored in one SQLite file. It is safe for
+// concurrent use.
+type Ledger struct {
+	db    *sql.DB
+	log   *slog.Logger
+	clock func() time.Time
+}
+
+var _ dcd.Ledger = (*Ledger)(nil)
+
+// busyTimeout is how long SQLite itself waits for a lock held by another
+// process (an admin tool, a backup) before reporting SQLITE_BUSY.
+const busyTimeout = 5 * time.Second
+
+// busyRetries is how many times tx re-runs a transaction that still failed
+// with SQLITE_BUSY after busyTimeout; the retry backoff grows linearly.
+const (
+	busyRetries = 3
+	busyBackoff = 50 * time.Millisecond
+)
+
+// Open opens (creating if needed) the ledger at path and brings its schema
+// up to date.
+func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
+	l := &Ledger{log: opts.Logger, clock: opts.Clock}
+	if l.log == nil {
+		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.clock == nil {
+		l.clock = time.Now
+	}
+	dsn, err := dataSourceName(path, opts.Synchronous)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+	}
+	db, err := sql.Open("sqlite", dsn)
+	if err != nil {
+		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
+	}
+	// One connection: transactions queue in database/sql instead of
+	// fighting over SQLite's write lock, and no connection can miss the
+	// pragmas (they are re-applied from the DSN on every new connection).
+	db.SetMaxOpenConns(1)
+	l.db = db
+	if err := migrate(ctx, db, migrations, l.log, l.clock); err != nil {
+		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
+	}
+	return l, nil
+}
+
+// dataSourceName builds the modernc DSN: the path, then the per-connection
+// pragmas. _txlock=immediate makes write transactions take the write lock at
+// BEGIN, so two processes cannot deadlock upgrading read locks.
+func dataSourceName(path, synchronous string) (string, error) {
+	if path == "" || strings.ContainsRune(path, '?') {
+		return "", fmt.Errorf("path %q: must be non-empty and without '?': %w", path, dcd.ErrInvalid)
+	}
+	switch s := strings.ToUpper(synchronous); s {
+	case "":
+		synchronous = "FULL"
+	case "FULL", "NORMAL":
+		synchronous = s
+	default:
+		return "", fmt.Errorf("synchronous %q: want FULL or NORMAL: %w", synchronous, dcd.ErrInvalid)
+	}
+	q := url.Values{}
+	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
+	q.Set("_journal_mode", "WAL")
+	q.Set("_synchronous", synchronous)
+	q.Set("_foreign_keys", "on")
+	q.Set("_txlock", "immediate")
+	return path + "?" + q.Encode(), nil
+}
+
+// Close closes the database.
+func (l *Ledger) Close() error {
+	if err := l.db.Close(); err != nil {
+		return fmt.Errorf("ledger: close: %w", err)
+	}
+	return nil
+}
+
+// Ping performs one tiny durable write transaction (the heartbeat row). The
+// daemon uses it as a liveness write; benchmarks use it as the cost of a bare
+// commit at the configured durability.
+func (l *Ledger) Ping(ctx context.Context) error {
+	now := l.now().Format(time.RFC3339Nano)
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('heartbeat', ?)
+			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, now)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("ledger: ping: %w", err)
+	}
+	return nil
+}
+
+// tx runs fn in one write transaction, committing if fn returns nil. A
+// transaction that fails with SQLITE_BUSY (another process held the lock for
+// longer than the busy timeout) is retried a few times from the start, so fn
+// must not have effects outside tx.
+func (l *Ledger) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+	return l.run(ctx, nil, fn)
+}
+
+// read runs fn in one read transaction, so multi-query reads see one
+// snapshot.
+func (l *Ledger) read(ctx context.Context, fn func(*sql.Tx) error) error {
+	return l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
+}
+
+func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	for attempt := 1; ; attempt++ {
+		err := runOnce(ctx, l.db, opts, fn)
+		if err == nil || !isBusy(err) || attempt > busyRetries {
+			return err
+		}
+		l.log.Warn("ledger: database busy, retrying transaction", "attempt", attempt, "err", err)
+		t := time.NewTimer(time.Duration(attempt) * busyBackoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return errors.Join(err, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
+
+func runOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := fn(tx); err != nil {
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+			// ErrTxDone: the driver already ended it (cancelled context).
+			return errors.Join(err, rbErr)
+		}
+		return err
+	}
+	return tx.Commit()
+}
+
+// isBusy reports whether err is SQLite's "try again later".
+func isBusy(err error) bool {
+	var e *msqlite.Error
+	if !errors.As(err, &e) {
+		return false
+	}
+	switch e.Code() & 0xff { // primary code of an extended result code
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		return true
+	}
+	return false
+}
+
+// Integers: SQLite stores signed 64-bit integers and database/sql refuses
+// uint64 values with the high bit set, so unsigned quantities (addresses,
+// lengths, quotas) are stored bit-for-bit as int64 and compared in Go.
+func i64(u uint64) int64 { return int64(u) }
+func u64(i int64) uint64 { return uint64(i) }
+
+// Times are stored as Unix nanoseconds and returned in UTC.
+func unixNano(t time.Time) int64 { return t.UnixNano() }
+func fromNano(n int64) time.Time { return time.Unix(0, n).UTC() }
+
+// now is the clock's time as it will read back from the database.
+func (l *Ledger) now() time.Time { return fromNano(unixNano(l.clock())) }
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

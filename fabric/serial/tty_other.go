@@ -1,0 +1,14 @@
+//go:build !linux
+
+package serial
+
+import (
+	"fmt"
+	"os"
+)
+
+// openTTY is only implemented for Linux, the appliance's operating system;
+// the termios ioctl numbers differ elsewhere.
+func openTTY(path string, baud int) (*os.File, error) {
+	return nil, fmt.Errorf("tty %s at %d baud: not supported on this OS: %w", path, baud, ErrAddress)
+}
