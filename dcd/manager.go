@@ -79,14 +79,15 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	box      fabric.Box
-	hostMu   map[HostID]*sync.Mutex
-	chunkMu  map[ChunkID]*sync.Mutex
-	waiters  map[HostID]map[chan fabric.Event]struct{}
-	subs     map[chan Change]struct{}
-	inflight map[GrantID]bool
-	reconc   chan struct{}
+	mu          sync.Mutex
+	box         fabric.Box
+	hostMu      map[HostID]*sync.Mutex
+	chunkMu     map[ChunkID]*sync.Mutex
+	waiters     map[HostID]map[chan fabric.Event]struct{}
+	subs        map[chan Change]struct{}
+	inflight    map[GrantID]bool
+	startReport ReconcileReport
+	reconc      chan struct{}
 
 	bg sync.WaitGroup
 }
@@ -124,15 +125,47 @@ func (m *Manager) Start(ctx context.Context) error {
 		defer m.bg.Done()
 		m.eventLoop(ctx)
 	}()
-	if _, err := m.Reconcile(ctx); err != nil {
+	rep, err := m.Reconcile(ctx)
+	if err != nil {
 		return fmt.Errorf("dcd: reconcile at start: %w", err)
 	}
+	m.mu.Lock()
+	m.startReport = rep
+	m.mu.Unlock()
 	return nil
+}
+
+// StartReport is what the reconcile at Start found: how much work a crash
+// or an unclean stop had left behind.
+func (m *Manager) StartReport() ReconcileReport {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.startReport
 }
 
 // Wait blocks until the background work started by Start has stopped
 // (after its context is cancelled or the device's event stream ends).
 func (m *Manager) Wait() { m.bg.Wait() }
+
+// Settle waits until no grant or release is in flight, for callers that
+// need a quiet ledger (shutdown, tests, consistency checks).
+func (m *Manager) Settle(ctx context.Context) error {
+	t := time.NewTicker(5 * time.Millisecond)
+	defer t.Stop()
+	for {
+		m.mu.Lock()
+		n := len(m.inflight)
+		m.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("settle: %d flows still in flight: %w", n, ctx.Err())
+		case <-t.C:
+		}
+	}
+}
 
 func (m *Manager) adoptBox(ctx context.Context, box fabric.Box) error {
 	inv := Inventory{Serial: box.Identity.Serial}

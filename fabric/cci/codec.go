@@ -26,21 +26,6 @@ func checkMin(what string, b []byte, n int) error {
 	return nil
 }
 
-// padRequest applies the short-input rule to a request payload: b must be at
-// least minLen bytes; when it is shorter than the full structure the missing
-// tail reads as zeros. The result aliases b when no padding is needed.
-func padRequest(what string, b []byte, minLen, full int) ([]byte, error) {
-	if len(b) < minLen {
-		return nil, errShort(what, minLen, len(b))
-	}
-	if len(b) >= full {
-		return b, nil
-	}
-	p := make([]byte, full)
-	copy(p, b)
-	return p, nil
-}
-
 // checkList checks that b holds exactly hdr bytes followed by n entries of
 // size entry. The arithmetic is done in uint64 so that a hostile 32-bit
 // count cannot overflow. Exactness (rather than "at least") is what lets a

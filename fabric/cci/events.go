@@ -27,18 +27,18 @@ const EventDataLen = 0x50
 
 // Event record Flags (24-bit field at record offset 11h).
 const (
-	EventSeverityMask     uint32 = 0x3 // bits 1:0
-	EventSeverityInfo     uint32 = 0x0
-	EventSeverityWarning  uint32 = 0x1
-	EventSeverityFailure  uint32 = 0x2
-	EventSeverityFatal    uint32 = 0x3
-	EventFlagPermanent    uint32 = 1 << 2
-	EventFlagMaintNeeded  uint32 = 1 << 3
-	EventFlagPerfDegraded uint32 = 1 << 4
-	EventFlagHWReplace    uint32 = 1 << 5
+	EventSeverityMask      uint32 = 0x3 // bits 1:0
+	EventSeverityInfo      uint32 = 0x0
+	EventSeverityWarning   uint32 = 0x1
+	EventSeverityFailure   uint32 = 0x2
+	EventSeverityFatal     uint32 = 0x3
+	EventFlagPermanent     uint32 = 1 << 2
+	EventFlagMaintNeeded   uint32 = 1 << 3
+	EventFlagPerfDegraded  uint32 = 1 << 4
+	EventFlagHWReplace     uint32 = 1 << 5
 	EventFlagMaintSubValid uint32 = 1 << 6
-	EventFlagLDIDValid    uint32 = 1 << 7 // r3.2
-	EventFlagHeadIDValid  uint32 = 1 << 8 // r3.2
+	EventFlagLDIDValid     uint32 = 1 << 7 // r3.2
+	EventFlagHeadIDValid   uint32 = 1 << 8 // r3.2
 )
 
 // Event record identifiers, in UUID string byte order (cxl-wire.md §4.3).
@@ -163,7 +163,7 @@ func (e DCEvent) Record(handle uint16, ts uint64) EventRecord {
 	d[0x04] = e.RegionIndex
 	d[0x05] = b2u(e.More)
 	// The capped zero-length slice makes AppendBinary write in place.
-	e.Extent.AppendBinary(d[0x08:0x08:0x08+ExtentLen])
+	e.Extent.AppendBinary(d[0x08 : 0x08 : 0x08+ExtentLen])
 	binary.LittleEndian.PutUint32(d[0x48:], e.AvailableExtents)
 	binary.LittleEndian.PutUint32(d[0x4c:], e.AvailableTags)
 	return r

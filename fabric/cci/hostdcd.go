@@ -50,7 +50,7 @@ func parseRegionCommon(e []byte) (regionCommon, error) {
 	}, nil
 }
 
-// DCResources is the extents/tags trailer of 4800h and 5601h.
+// dcTrailer is the extents/tags trailer of 4800h and 5601h.
 type dcTrailer struct {
 	supportedExtents, availableExtents, supportedTags, availableTags uint32
 }
