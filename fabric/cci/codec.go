@@ -16,9 +16,10 @@ func errSize(what string, want uint64, have int) error {
 	return fmt.Errorf("cci: %s: count implies %d bytes, have %d: %w", what, want, have, ErrPayloadLength)
 }
 
-// checkMin fails when b is shorter than n bytes. Fixed-size responses use
-// it directly: trailing bytes are ignored because commands evolve by
-// appending fields (CXL 3.1 §8.2.9).
+// checkMin fails when b is shorter than n bytes. Fixed-size payloads use it
+// directly: trailing bytes are ignored because commands evolve by appending
+// fields (CXL 3.1 §8.2.9), and a responder bounds request sizes with
+// RequestLength before decoding.
 func checkMin(what string, b []byte, n int) error {
 	if len(b) < n {
 		return errShort(what, n, len(b))

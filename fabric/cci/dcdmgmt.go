@@ -411,8 +411,8 @@ func decodeDCRequest(what string, b []byte, prescriptive func(b2 uint8) bool) (d
 	if !prescriptive(r.b2) {
 		return r, nil
 	}
-	if err := checkMin(what+" (prescriptive)", b, InitiateDCPrescriptiveMinLen); err != nil {
-		return dcRequest{}, err
+	if len(b) < InitiateDCPrescriptiveMinLen {
+		return dcRequest{}, errShort(what+" (prescriptive)", InitiateDCPrescriptiveMinLen, len(b))
 	}
 	n := uint64(binary.LittleEndian.Uint32(b[0x1c:]))
 	if err := checkList(what, b, InitiateDCPrescriptiveMinLen, n, ExtentLen); err != nil {
