@@ -146,7 +146,11 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 			return nil
 		}
 		if !slices.Contains(m.from, g.State) {
-			return fmt.Errorf("grant is %s, moving to %s needs %s: %w", g.State, m.to, joinStates(m.from), dcd.ErrConflict)
+			want := m.from
+			if m.stay {
+				want = append(slices.Clone(want), m.to)
+			}
+			return fmt.Errorf("grant is %s, want %s: %w", g.State, joinStates(want), dcd.ErrConflict)
 		}
 		now := l.now()
 		if m.setReason {
