@@ -123,7 +123,7 @@ func TestCrashDuringGrantStormKeepsLedgerAndDeviceInAgreement(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 
 	var total dcd.ReconcileReport
-	const rounds = 8
+	const rounds = 20
 	for round := 0; round < rounds; round++ {
 		killAfter := time.Duration(rng.IntN(400)) * time.Millisecond
 		runAndKill(t, sock, data, killAfter)

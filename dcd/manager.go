@@ -533,7 +533,11 @@ func (m *Manager) addStatus(ctx context.Context, host HostID, tag cci.Tag) (addS
 
 // tagOnDevice reports whether any host holds or is being offered tag.
 func (m *Manager) tagOnDevice(ctx context.Context, tag cci.Tag) (bool, error) {
-	tags, err := m.cfg.Device.Tags(ctx)
+	var tags fabric.TagList
+	err := m.retryBusy(ctx, func() (err error) {
+		tags, err = m.cfg.Device.Tags(ctx)
+		return err
+	})
 	if err != nil {
 		return false, deviceErr(err)
 	}
@@ -728,11 +732,14 @@ func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 		m.mu.Unlock()
 	case fabric.EventLinkChange:
 		m.mu.Lock()
-		for i := range m.box.Heads {
-			if m.box.Heads[i].LD == ev.Host {
-				m.box.Heads[i].LinkUp = ev.LinkUp
+		// Copy on write: Box() hands out the slice to readers.
+		heads := append([]fabric.Head(nil), m.box.Heads...)
+		for i := range heads {
+			if heads[i].LD == ev.Host {
+				heads[i].LinkUp = ev.LinkUp
 			}
 		}
+		m.box.Heads = heads
 		box := m.box
 		m.mu.Unlock()
 		m.log.Info("host link changed", "host", ev.Host, "up", ev.LinkUp)

@@ -58,7 +58,8 @@ func Dial(ctx context.Context, addr string) (io.ReadWriteCloser, error) {
 // Listen listens on tcp://HOST:PORT or unix:PATH. For a Unix socket a
 // stale socket file (one nobody accepts on) is removed first, so a daemon
 // restarts cleanly after a crash; a live socket or a non-socket file at
-// PATH is an error.
+// PATH is an error. Liveness is probed by connecting, so a live listener
+// sees one connection that closes without sending anything.
 func Listen(addr string) (net.Listener, error) {
 	scheme, rest, err := splitAddr(addr)
 	if err != nil {

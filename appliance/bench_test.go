@@ -1,0 +1,129 @@
+package appliance_test
+
+import (
+	"context"
+	"log/slog"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"cxlpool/appliance"
+	"cxlpool/dcd"
+	"cxlpool/sim"
+)
+
+func benchApp(b *testing.B) *appliance.Appliance {
+	b.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: b.TempDir(),
+		Sim: sim.DefaultConfig(), Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := app.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { cancel(); app.Manager.Wait(); app.Close() })
+	return app
+}
+
+// percentiles reports p50 and p99 of ds in nanoseconds.
+func percentiles(ds []time.Duration) (p50, p99 float64) {
+	sort.Slice(ds, func(i, j int) bool { return ds[i] < ds[j] })
+	at := func(q float64) float64 { return float64(ds[int(q*float64(len(ds)-1))].Nanoseconds()) }
+	return at(0.50), at(0.99)
+}
+
+// BenchmarkGrantLatency measures one grant through the whole stack (ledger
+// intent → Initiate DC Add over DSP0253/MCTP/CCI → simulated host accepts
+// → event → extent list → ledger commit) on the in-process box, beside the
+// baseline of one durable SQLite commit on the same ledger in the same run.
+// grant-p50/commit is the figure the goal (≤ 2.5) is about.
+func BenchmarkGrantLatency(b *testing.B) {
+	app := benchApp(b)
+	ctx := context.Background()
+	m := app.Manager
+
+	const commits = 200
+	cs := make([]time.Duration, commits)
+	for i := range cs {
+		t0 := time.Now()
+		if err := app.Ledger.Ping(ctx); err != nil {
+			b.Fatal(err)
+		}
+		cs[i] = time.Since(t0)
+	}
+	commitP50, _ := percentiles(cs)
+
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		b.StopTimer()
+		c, err := m.Reserve(ctx, dcd.ReserveRequest{Size: 256 << 20, Region: 0})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		t0 := time.Now()
+		g, err := m.Grant(ctx, c.ID, dcd.HostID(i%8))
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+		b.StopTimer()
+		if _, err := m.Release(ctx, g.ID); err != nil {
+			b.Fatal(err)
+		}
+		if err := m.DeleteChunk(ctx, c.ID); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	b.StopTimer()
+	p50, p99 := percentiles(lat)
+	b.ReportMetric(p50, "grant-p50-ns")
+	b.ReportMetric(p99, "grant-p99-ns")
+	b.ReportMetric(commitP50, "commit-p50-ns")
+	b.ReportMetric(p50/commitP50, "grant-p50/commit")
+}
+
+// BenchmarkGrantsParallel8 measures grants per second with all 8 hosts
+// asking at once.
+func BenchmarkGrantsParallel8(b *testing.B) {
+	app := benchApp(b)
+	ctx := context.Background()
+	m := app.Manager
+	b.ResetTimer()
+	t0 := time.Now()
+	var wg sync.WaitGroup
+	per := (b.N + 7) / 8
+	for h := 0; h < 8; h++ {
+		wg.Add(1)
+		go func(host dcd.HostID) {
+			defer wg.Done()
+			for i := 0; i < per; i++ {
+				c, err := m.Reserve(ctx, dcd.ReserveRequest{Size: 256 << 20, Region: 0})
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				g, err := m.Grant(ctx, c.ID, host)
+				if err != nil {
+					b.Error(err)
+					return
+				}
+				if _, err := m.Release(ctx, g.ID); err != nil {
+					b.Error(err)
+					return
+				}
+				if err := m.DeleteChunk(ctx, c.ID); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		}(dcd.HostID(h))
+	}
+	wg.Wait()
+	b.ReportMetric(float64(per*8)/time.Since(t0).Seconds(), "grant+release/s")
+}

@@ -1,0 +1,216 @@
+// Command cxlsim runs the virtual memory box: a multi-headed Dynamic
+// Capacity Device with simulated hosts, answering the Fabric Manager over a
+// DSP0253-framed MCTP byte stream on a TCP or Unix socket.
+//
+//	cxlsim --listen tcp://127.0.0.1:0 --host-policy 3=reject,5=part:1
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"cxlpool/fabric/mctp"
+	"cxlpool/fabric/serial"
+	"cxlpool/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil && !errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, "cxlsim:", err)
+		os.Exit(1)
+	}
+}
+
+// run parses args, starts the box and serves until ctx ends. It prints the
+// address it listens on (with the real port when port 0 was asked for).
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	def := sim.DefaultConfig()
+	fs := flag.NewFlagSet("cxlsim", flag.ContinueOnError)
+	fs.SetOutput(stdout)
+	listen := fs.String("listen", "", "address to serve: tcp://HOST:PORT or unix:PATH (required)")
+	heads := fs.Int("heads", def.Heads, "number of host heads (LDs)")
+	capacity := sizeValue(def.Capacity)
+	fs.Var(&capacity, "capacity", "dynamic capacity, e.g. 1TiB, 64GiB or bytes")
+	blockSize := sizeValue(def.BlockSize)
+	fs.Var(&blockSize, "block-size", "initial DC block size, e.g. 256MiB")
+	regions := fs.Int("regions", def.Regions, "number of DC regions (region 0 not sharable, the others sharable)")
+	serialNo := fs.String("serial", fmt.Sprintf("%#x", def.Serial), "device serial number")
+	eid := fs.Uint("eid", uint(def.EID), "MCTP endpoint ID of the box")
+	policies := policyValue{}
+	fs.Var(&policies, "host-policy", "host answer policy LD=MODE[:N][@DELAY], MODE accept|part|reject|never; repeatable or comma separated")
+	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return fmt.Errorf("unexpected arguments %q", fs.Args())
+	}
+	if *listen == "" {
+		return errors.New("--listen is required")
+	}
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(*level)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	sn, err := strconv.ParseUint(*serialNo, 0, 64)
+	if err != nil {
+		return fmt.Errorf("--serial: %w", err)
+	}
+	if *eid > 0xfe {
+		return fmt.Errorf("--eid %d out of range", *eid)
+	}
+
+	cfg := def
+	cfg.Heads = *heads
+	cfg.Capacity = uint64(capacity)
+	cfg.BlockSize = uint64(blockSize)
+	cfg.Regions = *regions
+	cfg.Serial = sn
+	cfg.EID = mctp.EID(*eid)
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
+	box, err := sim.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer box.Close()
+	for ld, p := range policies {
+		h := box.Host(ld)
+		if h == nil {
+			return fmt.Errorf("--host-policy: no host %d (heads: %d)", ld, cfg.Heads)
+		}
+		h.SetPolicy(p)
+	}
+
+	l, err := serial.Listen(*listen)
+	if err != nil {
+		return err
+	}
+	addr := l.Addr()
+	if addr.Network() == "unix" {
+		fmt.Fprintf(stdout, "cxlsim listening on unix:%s\n", addr)
+	} else {
+		fmt.Fprintf(stdout, "cxlsim listening on %s://%s\n", addr.Network(), addr)
+	}
+	cfg.Logger.Info("box ready", "heads", cfg.Heads, "capacity", cfg.Capacity, "regions", cfg.Regions, "eid", cfg.EID)
+	return box.ServeListener(ctx, l)
+}
+
+// sizeValue is a byte size flag accepting IEC suffixes.
+type sizeValue uint64
+
+func (s *sizeValue) String() string { return strconv.FormatUint(uint64(*s), 10) }
+
+func (s *sizeValue) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeValue(n)
+	return nil
+}
+
+// parseSize reads "1TiB", "256MiB", "64G", "4096" or "4096B". Suffixes are
+// binary (K/Ki = 2^10 … T/Ti = 2^40); decimal "MB"-style units are refused
+// because CXL writes "256 MB" for 2^28 and the ambiguity is not worth it.
+func parseSize(v string) (uint64, error) {
+	s := strings.TrimSpace(v)
+	i := len(s)
+	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
+		i--
+	}
+	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
+	n, err := strconv.ParseUint(num, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("size %q: %w", v, err)
+	}
+	shifts := map[string]uint{"": 0, "b": 0, "k": 10, "kib": 10, "m": 20, "mib": 20, "g": 30, "gib": 30, "t": 40, "tib": 40}
+	sh, ok := shifts[unit]
+	if !ok {
+		return 0, fmt.Errorf("size %q: unknown unit %q (use KiB, MiB, GiB, TiB)", v, s[i:])
+	}
+	if n > (1<<64-1)>>sh {
+		return 0, fmt.Errorf("size %q overflows 64 bits", v)
+	}
+	return n << sh, nil
+}
+
+// policyValue collects --host-policy settings by LD.
+type policyValue map[int]sim.Policy
+
+func (p policyValue) String() string {
+	var parts []string
+	for ld, pol := range p {
+		parts = append(parts, fmt.Sprintf("%d=%s", ld, pol.Mode))
+	}
+	return strings.Join(parts, ",")
+}
+
+func (p policyValue) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		ld, pol, err := parsePolicy(item)
+		if err != nil {
+			return err
+		}
+		p[ld] = pol
+	}
+	return nil
+}
+
+// parsePolicy reads LD=MODE[:N][@DELAY].
+func parsePolicy(s string) (int, sim.Policy, error) {
+	var pol sim.Policy
+	k, v, ok := strings.Cut(s, "=")
+	if !ok {
+		return 0, pol, fmt.Errorf("host policy %q: want LD=MODE", s)
+	}
+	ld, err := strconv.Atoi(k)
+	if err != nil || ld < 0 {
+		return 0, pol, fmt.Errorf("host policy %q: bad LD %q", s, k)
+	}
+	if m, d, ok := strings.Cut(v, "@"); ok {
+		if pol.Delay, err = time.ParseDuration(d); err != nil || pol.Delay < 0 {
+			return 0, pol, fmt.Errorf("host policy %q: bad delay %q", s, d)
+		}
+		v = m
+	}
+	mode, arg, hasArg := strings.Cut(v, ":")
+	switch mode {
+	case "accept", "all":
+		pol.Mode = sim.AcceptAll
+	case "part":
+		pol.Mode = sim.AcceptPart
+		pol.AcceptN = 1
+		if hasArg {
+			if pol.AcceptN, err = strconv.Atoi(arg); err != nil || pol.AcceptN < 1 {
+				return 0, pol, fmt.Errorf("host policy %q: part needs N >= 1", s)
+			}
+		}
+		hasArg = false
+	case "reject":
+		pol.Mode = sim.Reject
+	case "never":
+		pol.Mode = sim.NeverAnswer
+	default:
+		return 0, pol, fmt.Errorf("host policy %q: unknown mode %q (accept, part, reject, never)", s, mode)
+	}
+	if hasArg {
+		return 0, pol, fmt.Errorf("host policy %q: mode %s takes no argument", s, mode)
+	}
+	return ld, pol, nil
+}
