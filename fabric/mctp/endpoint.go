@@ -129,15 +129,15 @@ type reply struct {
 // h may be nil, in which case non-control requests are ignored.
 func NewEndpoint(link PacketLink, cfg Config, h Handler) *Endpoint {
 	e := &Endpoint{
-		link:    link,
-		eid:     cfg.EID,
-		mtu:     cfg.MTU,
-		maxMsg:  cfg.MaxMessage,
-		anyDst:  cfg.AcceptAnyDst,
-		log:     cfg.Logger,
-		now:     cfg.Now,
-		handler: h,
-		ctrl:    controlResponder{eid: cfg.EID, types: controlTypes(cfg.MessageTypes)},
+		link:     link,
+		eid:      cfg.EID,
+		mtu:      cfg.MTU,
+		maxMsg:   cfg.MaxMessage,
+		anyDst:   cfg.AcceptAnyDst,
+		log:      cfg.Logger,
+		now:      cfg.Now,
+		handler:  h,
+		ctrl:     controlResponder{eid: cfg.EID, types: controlTypes(cfg.MessageTypes)},
 		tagsUsed: make(map[EID]uint8),
 		tagNext:  make(map[EID]uint8),
 		tagFreed: make(chan struct{}),
@@ -275,17 +275,17 @@ func (e *Endpoint) reply(h Header, typ MsgType, resp []byte) {
 }
 
 // deliver hands a response to the Request waiting for (src, tag); a
-// request sent to EIDNull accepts a response from any source.
+// request sent to EIDNull or EIDBroadcast accepts a response from any
+// source (acquireTag guarantees at most one candidate).
 func (e *Endpoint) deliver(src EID, tag uint8, typ MsgType, msg []byte) {
 	e.mu.Lock()
-	k := pendingKey{src, tag}
-	c := e.pending[k]
-	if c == nil {
-		k = pendingKey{EIDNull, tag}
-		c = e.pending[k]
-	}
-	if c != nil {
-		delete(e.pending, k)
+	var c *call
+	for _, peer := range [...]EID{src, EIDNull, EIDBroadcast} {
+		k := pendingKey{peer, tag}
+		if c = e.pending[k]; c != nil {
+			delete(e.pending, k)
+			break
+		}
 	}
 	e.mu.Unlock()
 	if c == nil {
@@ -324,9 +324,11 @@ func (e *Endpoint) send(h Header, typ MsgType, msg []byte) error {
 
 // Request sends msg with message type typ to dst and waits for the
 // response, which it returns without the type byte. It allocates one of the
-// 8 tags for dst, waiting while all are in use; a dst of EIDNull accepts the
-// response from any source. ctx bounds the whole call: when its deadline
-// passes, the error wraps ErrTimeout and ctx.Err(). Without a deadline
+// 8 tags for dst, waiting while all are in use; for a dst of EIDNull or
+// EIDBroadcast the first response from any source is taken. A response of
+// another message type is an error wrapping ErrMalformed. ctx bounds the
+// whole call: when its deadline passes, the error wraps ErrTimeout and
+// ctx.Err(); plain cancellation wraps only ctx.Err(). Without a deadline
 // Request waits until the response arrives or the endpoint closes; callers
 // should set one (libcxlmi uses 2 s).
 //
@@ -360,9 +362,6 @@ func (e *Endpoint) Request(ctx context.Context, dst EID, typ MsgType, msg []byte
 	}()
 
 	if err := e.send(Header{Dst: dst, Src: e.eid, TO: true, Tag: tag}, typ, msg); err != nil {
-		if errors.Is(err, ErrClosed) {
-			return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, ErrClosed)
-		}
 		return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, err)
 	}
 	select {
@@ -389,14 +388,14 @@ func (e *Endpoint) ctxErr(ctx context.Context, dst EID, what string) error {
 
 // acquireTag allocates a tag for a request to dst, waiting while none is
 // free. A response carries only its source EID and tag, and a request sent
-// to EIDNull accepts any source, so a tag in use for EIDNull is busy for
-// every destination and vice versa; that keeps response matching
-// unambiguous. The search is round-robin per destination.
+// to EIDNull or EIDBroadcast accepts any source, so a tag in use for one of
+// those is busy for every destination and vice versa; that keeps response
+// matching unambiguous. The search is round-robin per destination.
 func (e *Endpoint) acquireTag(ctx context.Context, dst EID) (uint8, error) {
 	for {
 		e.mu.Lock()
-		busy := e.tagsUsed[dst] | e.tagsUsed[EIDNull]
-		if dst == EIDNull {
+		busy := e.tagsUsed[dst] | e.tagsUsed[EIDNull] | e.tagsUsed[EIDBroadcast]
+		if dst == EIDNull || dst == EIDBroadcast {
 			for _, m := range e.tagsUsed {
 				busy |= m
 			}

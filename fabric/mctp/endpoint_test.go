@@ -199,35 +199,76 @@ func TestRequestTimeout(t *testing.T) {
 	}
 }
 
-func TestRequestWaitsForTagHonouringDeadline(t *testing.T) {
-	entered := make(chan struct{}, tagCount)
-	block := make(chan struct{})
-	h := func(ctx context.Context, src EID, typ MsgType, msg []byte) ([]byte, bool) {
-		entered <- struct{}{}
-		<-block
-		return echo(ctx, src, typ, msg)
+func TestTagAllocation(t *testing.T) {
+	fm, peer := newRaw(t, Config{EID: fmEID}, nil)
+	ctx := withTimeout(t)
+	type result struct {
+		resp []byte
+		err  error
 	}
-	fm, _ := pair(t, h)
-	var wg sync.WaitGroup
+	ask := func(ctx context.Context, dst EID) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			resp, err := fm.Request(ctx, dst, MsgTypeCXLCCI, []byte{byte(dst)})
+			ch <- result{resp, err}
+		}()
+		return ch
+	}
+	short := func() context.Context {
+		c, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+		t.Cleanup(cancel)
+		return c
+	}
+
+	// Eight outstanding requests to the device use all eight tags.
+	var held []<-chan result
+	seen := map[uint8]bool{}
 	for range tagCount {
-		wg.Go(func() { _, _ = fm.Request(withTimeout(t), devEID, MsgTypeCXLCCI, nil) })
+		held = append(held, ask(ctx, devEID))
+		h, _ := peer.recv()
+		if !h.TO || h.Dst != devEID || h.Src != fmEID || seen[h.Tag] {
+			t.Fatalf("request header %+v (tags seen %v)", h, seen)
+		}
+		seen[h.Tag] = true
 	}
-	for range tagCount {
-		<-entered
+	// A ninth waits for a tag until its deadline.
+	if r := <-ask(short(), devEID); !errors.Is(r.err, ErrTimeout) {
+		t.Errorf("ninth request: got %v, want ErrTimeout", r.err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	_, err := fm.Request(ctx, devEID, MsgTypeCXLCCI, nil)
-	if !errors.Is(err, ErrTimeout) {
-		t.Errorf("ninth request: got %v, want ErrTimeout", err)
+	// A request to EIDNull accepts any source, so it needs a tag that is
+	// free for every destination.
+	if r := <-ask(short(), EIDNull); !errors.Is(r.err, ErrTimeout) {
+		t.Errorf("request to EIDNull: got %v, want ErrTimeout", r.err)
 	}
 	// Another destination has its own tags.
-	if _, err := fm.Request(withTimeout(t), EIDNull, MsgTypeControl,
-		ControlHeader{Request: true, Command: CmdGetEndpointID}.Append(nil)); err != nil {
-		t.Errorf("request to another EID: %v", err)
+	other := ask(ctx, 0x30)
+	h, _ := peer.recv()
+	peer.send(Header{Dst: fmEID, Src: 0x30, Tag: h.Tag}, []byte{8, 0x30})
+	if r := <-other; r.err != nil || !bytes.Equal(r.resp, []byte{0x30}) {
+		t.Errorf("request to 0x30: got %x, %v", r.resp, r.err)
 	}
-	close(block)
-	wg.Wait()
+	// Answer the held requests; each gets the answer for its own tag.
+	for tag := range uint8(tagCount) {
+		peer.send(Header{Dst: fmEID, Src: devEID, Tag: tag}, []byte{8, tag})
+	}
+	got := map[byte]bool{}
+	for _, ch := range held {
+		r := <-ch
+		if r.err != nil || len(r.resp) != 1 {
+			t.Fatalf("held request: got %x, %v", r.resp, r.err)
+		}
+		got[r.resp[0]] = true
+	}
+	if len(got) != tagCount {
+		t.Errorf("held requests got %d distinct answers, want %d", len(got), tagCount)
+	}
+	// Tags are now free again, also for EIDNull.
+	null := ask(ctx, EIDNull)
+	h, _ = peer.recv()
+	peer.send(Header{Dst: fmEID, Src: devEID, Tag: h.Tag}, []byte{8, 0xAA})
+	if r := <-null; r.err != nil || !bytes.Equal(r.resp, []byte{0xAA}) {
+		t.Errorf("request to EIDNull: got %x, %v", r.resp, r.err)
+	}
 }
 
 func TestCloseFailsPendingRequests(t *testing.T) {
