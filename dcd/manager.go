@@ -456,9 +456,9 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, resumed bool) {
 
 	if !resumed {
 		req := fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Length: c.Size, Tag: c.Tag, Policy: fabric.AddFree}
-		shared, err := m.tagOnDevice(ctx, c.Tag)
+		shared, err := m.sharedWith(ctx, g)
 		if err != nil {
-			m.failGrant(ctx, g, err)
+			m.failGrant(ctx, g, fmt.Errorf("%w: %v", ErrDevice, err))
 			return
 		}
 		if shared {
@@ -475,26 +475,50 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, resumed bool) {
 	}
 	deadline := time.NewTimer(m.cfg.AddTimeout)
 	defer deadline.Stop()
+	// A fresh add waits for the host's answer first; a resumed one asks
+	// the device first, because the host may have answered while no
+	// Fabric Manager was listening.
+	check := resumed
 	for {
-		st, exts, err := m.addStatus(ctx, g.Host, c.Tag)
-		if err != nil {
-			m.log.Warn("reading add status", "grant", g.ID, "err", err)
-		} else if st != addPending {
-			if st == addAccepted {
-				m.completeGrant(ctx, g, exts)
-			} else {
-				m.failGrant(ctx, g, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected))
+		if check {
+			st, exts, err := m.addStatus(ctx, g.Host, c.Tag)
+			if err != nil {
+				m.log.Warn("reading add status", "grant", g.ID, "err", err)
+			} else if st != addPending {
+				if st == addAccepted {
+					m.completeGrant(ctx, g, exts)
+				} else {
+					m.failGrant(ctx, g, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected))
+				}
+				return
 			}
-			return
 		}
+		check = true
 		select {
-		case <-events:
+		case ev := <-events:
+			// The Add Capacity Response records name exactly the extents
+			// the host accepted; only an answer that says nothing about
+			// this tag needs the device's lists to interpret.
+			if exts := withTag(ev.Extents, c.Tag); ev.Kind == fabric.EventAddResponse && len(exts) > 0 {
+				m.completeGrant(ctx, g, exts)
+				return
+			}
 		case <-time.After(250 * time.Millisecond):
 		case <-deadline.C:
 			m.withdrawAdd(ctx, g, c)
 			return
 		}
 	}
+}
+
+func withTag(es []cci.Extent, tag cci.Tag) []cci.Extent {
+	var out []cci.Extent
+	for _, e := range es {
+		if e.Tag == tag && e.Length > 0 {
+			out = append(out, e)
+		}
+	}
+	return out
 }
 
 type addState int
@@ -531,18 +555,20 @@ func (m *Manager) addStatus(ctx context.Context, host HostID, tag cci.Tag) (addS
 	return addNone, nil, nil
 }
 
-// tagOnDevice reports whether any host holds or is being offered tag.
-func (m *Manager) tagOnDevice(ctx context.Context, tag cci.Tag) (bool, error) {
-	var tags fabric.TagList
-	err := m.retryBusy(ctx, func() (err error) {
-		tags, err = m.cfg.Device.Tags(ctx)
-		return err
-	})
+// sharedWith reports whether another host already holds g's chunk, so the
+// add must enable shared access to its extents rather than place new ones.
+// The chunk lock is held, so no other flow of this chunk is half done.
+func (m *Manager) sharedWith(ctx context.Context, g Grant) (bool, error) {
+	others, err := m.cfg.Ledger.Grants(ctx, GrantFilter{Chunk: g.Chunk, Active: true})
 	if err != nil {
-		return false, deviceErr(err)
+		return false, err
 	}
-	_, ok := tags.Find(tag)
-	return ok, nil
+	for _, o := range others {
+		if o.ID != g.ID && (o.State == GrantGranted || o.State == GrantReleasing) {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // withdrawAdd forces back an offer the host never answered. Whatever the

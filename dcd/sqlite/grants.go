@@ -89,7 +89,7 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 func (l *Ledger) CompleteGrant(ctx context.Context, id dcd.GrantID, extents []cci.Extent) (dcd.Grant, error) {
 	return l.move(ctx, "complete grant", id, move{
 		from: []dcd.GrantState{dcd.GrantAdding}, to: dcd.GrantGranted,
-		setExtents: true, extents: extents,
+		setExtents: true, extents: extents, derivable: true,
 	})
 }
 
@@ -97,7 +97,7 @@ func (l *Ledger) CompleteGrant(ctx context.Context, id dcd.GrantID, extents []cc
 func (l *Ledger) FailGrant(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
 	return l.move(ctx, "fail grant", id, move{
 		from: []dcd.GrantState{dcd.GrantAdding}, to: dcd.GrantFailed,
-		setReason: true, reason: reason,
+		setReason: true, reason: reason, derivable: true,
 	})
 }
 
@@ -112,7 +112,7 @@ func (l *Ledger) BeginRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, e
 // CompleteRelease moves releasing → released. The extents stay as history.
 func (l *Ledger) CompleteRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	return l.move(ctx, "complete release", id, move{
-		from: []dcd.GrantState{dcd.GrantReleasing}, to: dcd.GrantReleased,
+		from: []dcd.GrantState{dcd.GrantReleasing}, to: dcd.GrantReleased, derivable: true,
 	})
 }
 
@@ -133,11 +133,19 @@ type move struct {
 	reason     string
 	setExtents bool // replace the extents
 	extents    []cci.Extent
+	// derivable marks outcomes that reconcile can rebuild from the device
+	// (adding → granted/failed, releasing → released): they commit
+	// without waiting for fsync, see relaxedTx.
+	derivable bool
 }
 
 func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (dcd.Grant, error) {
 	var g dcd.Grant
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	run := l.tx
+	if m.derivable {
+		run = l.relaxedTx
+	}
+	err := run(ctx, func(tx *sql.Tx) error {
 		var err error
 		if g, err = getGrant(ctx, tx, id); err != nil {
 			return err

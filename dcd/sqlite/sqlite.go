@@ -11,6 +11,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -42,6 +43,7 @@ type Ledger struct {
 	db    *sql.DB
 	log   *slog.Logger
 	clock func() time.Time
+	sync  string // the configured synchronous level
 }
 
 var _ dcd.Ledger = (*Ledger)(nil)
@@ -67,7 +69,8 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if l.clock == nil {
 		l.clock = time.Now
 	}
-	dsn, err := dataSourceName(path, opts.Synchronous)
+	dsn, sync, err := dataSourceName(path, opts.Synchronous)
+	l.sync = sync
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
@@ -89,9 +92,9 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 // dataSourceName builds the modernc DSN: the path, then the per-connection
 // pragmas. _txlock=immediate makes write transactions take the write lock at
 // BEGIN, so two processes cannot deadlock upgrading read locks.
-func dataSourceName(path, synchronous string) (string, error) {
+func dataSourceName(path, synchronous string) (dsn, level string, err error) {
 	if path == "" || strings.ContainsRune(path, '?') {
-		return "", fmt.Errorf("path %q: must be non-empty and without '?': %w", path, dcd.ErrInvalid)
+		return "", "", fmt.Errorf("path %q: must be non-empty and without '?': %w", path, dcd.ErrInvalid)
 	}
 	switch s := strings.ToUpper(synchronous); s {
 	case "":
@@ -99,7 +102,7 @@ func dataSourceName(path, synchronous string) (string, error) {
 	case "FULL", "NORMAL":
 		synchronous = s
 	default:
-		return "", fmt.Errorf("synchronous %q: want FULL or NORMAL: %w", synchronous, dcd.ErrInvalid)
+		return "", "", fmt.Errorf("synchronous %q: want FULL or NORMAL: %w", synchronous, dcd.ErrInvalid)
 	}
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
@@ -107,7 +110,7 @@ func dataSourceName(path, synchronous string) (string, error) {
 	q.Set("_synchronous", synchronous)
 	q.Set("_foreign_keys", "on")
 	q.Set("_txlock", "immediate")
-	return path + "?" + q.Encode(), nil
+	return path + "?" + q.Encode(), synchronous, nil
 }
 
 // Close closes the database.
@@ -148,9 +151,49 @@ func (l *Ledger) read(ctx context.Context, fn func(*sql.Tx) error) error {
 	return l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
 }
 
+// relaxedTx runs fn in one write transaction that commits without waiting
+// for fsync (synchronous=NORMAL for this transaction only). It is for
+// outcomes that reconcile rebuilds from the device after a power loss (a
+// host accepted, refused or released capacity), never for intents: WAL
+// frames are appended in order, so the next durable commit or checkpoint
+// persists the relaxed ones too, and a power cut can only roll the ledger
+// back to the intent, which reconcile completes the same way. This halves
+// the fsyncs of a grant.
+func (l *Ledger) relaxedTx(ctx context.Context, fn func(*sql.Tx) error) error {
+	if l.sync != "FULL" {
+		return l.tx(ctx, fn)
+	}
+	conn, err := l.db.Conn(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
+		return err
+	}
+	defer func() {
+		// The connection must never go back to the pool relaxed: if the
+		// pragma cannot be restored, discard the connection.
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = FULL"); err != nil {
+			l.log.Error("ledger: restoring synchronous=FULL, dropping connection", "err", err)
+			conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	return l.runOn(ctx, conn, nil, fn)
+}
+
+// beginner is a *sql.DB or a pinned *sql.Conn.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
 func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+	return l.runOn(ctx, l.db, opts, fn)
+}
+
+func (l *Ledger) runOn(ctx context.Context, db beginner, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		err := runOnce(ctx, l.db, opts, fn)
+		err := runOnce(ctx, db, opts, fn)
 		if err == nil || !isBusy(err) || attempt > busyRetries {
 			return err
 		}
@@ -165,7 +208,7 @@ func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 	}
 }
 
-func runOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+func runOnce(ctx context.Context, db beginner, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return err

@@ -170,7 +170,7 @@ func checkVersions(t *testing.T, path string, n int) {
 // migrateRaw applies steps to the database at path without opening a Ledger.
 func migrateRaw(t *testing.T, path string, steps []string) error {
 	t.Helper()
-	dsn, err := dataSourceName(path, "")
+	dsn, _, err := dataSourceName(path, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -494,5 +494,37 @@ func TestConflictMessage(t *testing.T) {
 		if got := err.Error(); got != tc.want {
 			t.Errorf("%s: got error %q, want %q", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A relaxed (derivable-outcome) transaction must leave the connection at
+// the configured durability, or every later intent would lose its fsync.
+func TestRelaxedTxRestoresDurability(t *testing.T) {
+	l, _ := openTemp(t, Options{})
+	defer l.Close()
+	ctx := t.Context()
+	var ran bool
+	if err := l.relaxedTx(ctx, func(tx *sql.Tx) error {
+		var sync int
+		if err := tx.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
+			return err
+		}
+		if sync != 1 {
+			t.Errorf("synchronous inside a relaxed transaction: got %d, want 1 (NORMAL)", sync)
+		}
+		ran = true
+		return nil
+	}); err != nil {
+		t.Fatalf("relaxedTx: %v", err)
+	}
+	if !ran {
+		t.Fatal("relaxedTx did not run its function")
+	}
+	var sync int
+	if err := l.db.QueryRowContext(ctx, "PRAGMA synchronous").Scan(&sync); err != nil {
+		t.Fatal(err)
+	}
+	if sync != 2 {
+		t.Errorf("synchronous after a relaxed transaction: got %d, want 2 (FULL)", sync)
 	}
 }
