@@ -82,7 +82,7 @@ func newFake(t *testing.T, cfg Config, serve func(typ mctp.MsgType, m cci.Messag
 		_ = f.ep.Run(ctx)
 	}()
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 50 * time.Millisecond
+		cfg.Timeout = time.Second
 	}
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = time.Hour // the tests drive the pump themselves
@@ -219,7 +219,7 @@ func TestDoRetriesOnlySideEffectFree(t *testing.T) {
 		t.Run(tc.op.String(), func(t *testing.T) {
 			var mu sync.Mutex
 			left := tc.silent
-			c, f := newFake(t, Config{Timeout: 20 * time.Millisecond}, func(_ mctp.MsgType, m cci.Message) ([]byte, bool) {
+			c, f := newFake(t, Config{Timeout: 100 * time.Millisecond}, func(_ mctp.MsgType, m cci.Message) ([]byte, bool) {
 				mu.Lock()
 				defer mu.Unlock()
 				if left > 0 {
@@ -338,7 +338,7 @@ func TestCallerCancellation(t *testing.T) {
 }
 
 func TestResponderAnswersNotifications(t *testing.T) {
-	c, f := newFake(t, Config{}, func(_ mctp.MsgType, m cci.Message) ([]byte, bool) {
+	_, f := newFake(t, Config{}, func(_ mctp.MsgType, m cci.Message) ([]byte, bool) {
 		return answer(m, cci.Success, nil), true
 	})
 	policy, _ := (&cci.EventInterruptPolicy{Mask: cci.PolicyDC}).MarshalBinary()
@@ -371,7 +371,6 @@ func TestResponderAnswersNotifications(t *testing.T) {
 			}
 		})
 	}
-	_ = c
 }
 
 // dcRecord builds a DC event record.
@@ -380,7 +379,9 @@ func dcRecord(handle uint16, typ uint8, host uint16, more bool, e cci.Extent) cc
 }
 
 func TestTranslate(t *testing.T) {
-	e := func(i int) cci.Extent { return cci.Extent{DPA: uint64(i) << 28, Length: 1 << 28, Tag: cci.Tag{byte(i)}} }
+	e := func(i int) cci.Extent {
+		return cci.Extent{DPA: uint64(i) << 28, Length: 1 << 28, Tag: cci.Tag{byte(i)}}
+	}
 	garbage := cci.EventRecord{UUID: [16]byte{1, 2, 3}, Handle: 9}
 	for i := range garbage.Data {
 		garbage.Data[i] = 0xff
@@ -638,5 +639,113 @@ func TestConfigDefaults(t *testing.T) {
 	bad := Config{ResponseLimitExp: 11}
 	if err := bad.setDefaults(); err == nil {
 		t.Errorf("response limit 2^11: got nil error, want one")
+	}
+}
+
+// pagedLists is a fake device serving 5603h and 5608h from fixed lists,
+// honouring the requested page size, and moving both generation numbers
+// once, right after the first page it serves.
+type pagedLists struct {
+	mu      sync.Mutex
+	extents []cci.Extent
+	tags    []cci.TagEntry
+	gen     uint32
+	bumpAt  int // bump the generation after this many pages; 0 = never
+	served  int
+}
+
+func (p *pagedLists) serve(_ mctp.MsgType, m cci.Message) ([]byte, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []byte
+	switch m.Opcode {
+	case cci.OpGetDCRegionExtentLists:
+		var q cci.GetDCRegionExtentListsReq
+		_ = q.UnmarshalBinary(m.Payload)
+		end := min(int(q.Start)+int(q.Count), len(p.extents))
+		resp := cci.GetDCRegionExtentListsResp{HostID: q.HostID, Start: q.Start, Total: uint32(len(p.extents)),
+			Generation: p.gen, Extents: p.extents[q.Start:end]}
+		out, _ = resp.MarshalBinary()
+	case cci.OpDCListTags:
+		var q cci.ListTagsReq
+		_ = q.UnmarshalBinary(m.Payload)
+		end := min(int(q.Start)+int(q.Max), len(p.tags))
+		resp := cci.ListTagsResp{Generation: p.gen, Total: uint32(len(p.tags)), Validity: 3, Tags: p.tags[q.Start:end]}
+		out, _ = resp.MarshalBinary()
+	default:
+		return answer(m, cci.Unsupported, nil), true
+	}
+	p.served++
+	if p.served == p.bumpAt {
+		p.gen++
+	}
+	return answer(m, cci.Success, out), true
+}
+
+func TestListPaging(t *testing.T) {
+	var exts []cci.Extent
+	var tags []cci.TagEntry
+	var wantTags []fabric.TagInfo
+	for i := range 12 {
+		tag := cci.Tag{byte(i + 1)}
+		exts = append(exts, cci.Extent{DPA: uint64(i) << 28, Length: 1 << 28, Tag: tag})
+		te := cci.TagEntry{Tag: tag, FMReference: i%2 == 0}
+		te.Accepted[0] = byte(i)
+		te.Pending[1] = byte(i)
+		tags = append(tags, te)
+		wantTags = append(wantTags, fabric.TagInfo{Tag: tag, FMReference: te.FMReference, Accepted: te.Accepted, Pending: te.Pending})
+	}
+	// Before Discover the limit is 256 bytes: 5 extents or 2 tags a page.
+	tests := []struct {
+		name      string
+		bumpAt    int
+		wantCalls int
+		wantGen   uint32
+	}{
+		{"stable", 0, 3, 7},
+		{"generation moves mid-read", 1, 5, 8},
+	}
+	for _, tc := range tests {
+		t.Run("extents/"+tc.name, func(t *testing.T) {
+			p := &pagedLists{extents: exts, gen: 7, bumpAt: tc.bumpAt}
+			c, f := newFake(t, Config{}, p.serve)
+			got, err := c.Extents(context.Background(), 4)
+			if err != nil {
+				t.Fatalf("Extents: %v", err)
+			}
+			want := fabric.ExtentList{Host: 4, Generation: tc.wantGen, Extents: exts}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("list (-want +got):\n%s", diff)
+			}
+			if n := f.count(cci.OpGetDCRegionExtentLists); n != tc.wantCalls {
+				t.Errorf("pages read: got %d, want %d", n, tc.wantCalls)
+			}
+		})
+	}
+	tagTests := []struct {
+		name      string
+		bumpAt    int
+		wantCalls int
+		wantGen   uint32
+	}{
+		{"stable", 0, 6, 7},
+		{"generation moves mid-read", 1, 8, 8},
+	}
+	for _, tc := range tagTests {
+		t.Run("tags/"+tc.name, func(t *testing.T) {
+			p := &pagedLists{tags: tags, gen: 7, bumpAt: tc.bumpAt}
+			c, f := newFake(t, Config{}, p.serve)
+			got, err := c.Tags(context.Background())
+			if err != nil {
+				t.Fatalf("Tags: %v", err)
+			}
+			want := fabric.TagList{Generation: tc.wantGen, Tags: wantTags}
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("list (-want +got):\n%s", diff)
+			}
+			if n := f.count(cci.OpDCListTags); n != tc.wantCalls {
+				t.Errorf("pages read: got %d, want %d", n, tc.wantCalls)
+			}
+		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"cxlpool/fabric"
@@ -14,8 +15,12 @@ import (
 // the general logs (link changes land in Informational) and the DC log.
 const policyMask = cci.PolicyInfo | cci.PolicyWarning | cci.PolicyFailure | cci.PolicyFatal | cci.PolicyDC
 
-// drainLogs are the logs the pump reads, in order: capacity outcomes first.
-var drainLogs = [...]uint8{cci.EventLogDC, cci.EventLogInfo}
+// drainLogs are the logs the pump reads, in order: capacity outcomes
+// first, then the Informational log (link changes). The other severities
+// carry nothing the FM acts on, but their notifications are enabled, and
+// only reading and clearing a log re-arms its notification and keeps it
+// from overflowing, so their records are read, logged and cleared too.
+var drainLogs = [...]uint8{cci.EventLogDC, cci.EventLogInfo, cci.EventLogWarning, cci.EventLogFailure, cci.EventLogFatal}
 
 // maxDrainRounds bounds one drain of one log, so a device that keeps
 // logging (or never clears) cannot hold the pump; the next poll continues.
@@ -118,13 +123,17 @@ func (c *Client) enableEvents(ctx context.Context) error {
 // arm sets the MCTP event interrupt policy, which also makes the device
 // send notifications to this endpoint, and drains the logs so that every
 // log is read empty once: notifications only follow an empty → non-empty
-// transition after a read.
+// transition after a read. On a rediscovery the health check runs first,
+// so a reset that happened since the last poll is still reported rather
+// than hidden by the fresh policy.
 func (c *Client) arm(ctx context.Context) error {
+	if c.armed.Load() != 0 && c.checkHealth(ctx) {
+		return c.drain(ctx)
+	}
 	if err := c.Do(ctx, cci.OpSetMCTPEventInterruptPolicy, &cci.EventInterruptPolicy{Mask: policyMask}, nil); err != nil {
 		return fmt.Errorf("fm: discover: enable events: %w", err)
 	}
 	c.armed.Store(uint32(policyMask))
-	c.retrySeen.Store(false)
 	c.pump.rearm = false
 	return c.drain(ctx)
 }
@@ -283,7 +292,12 @@ func (c *Client) translate(r cci.EventRecord) {
 		out.Host, out.LinkUp = c.ldOfPort(ev.Port), ev.LinkUp
 		c.emit(out)
 	default:
-		c.log.Debug("fm: ignored event record", "handle", r.Handle, "uuid", cci.Tag(r.UUID))
+		level := slog.LevelDebug
+		if r.Flags&cci.EventSeverityMask != cci.EventSeverityInfo {
+			level = slog.LevelWarn
+		}
+		c.log.Log(context.Background(), level, "fm: device event record", "handle", r.Handle,
+			"uuid", cci.Tag(r.UUID), "severity", r.Flags&cci.EventSeverityMask)
 	}
 }
 

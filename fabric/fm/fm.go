@@ -6,11 +6,12 @@
 // A Client owns one mctp.Endpoint. Commands go out through Do, which frames
 // the CCI request, matches the response by CCI tag and opcode, maps return
 // codes to errors and retries timeouts of commands that have no side
-// effects. A second goroutine, the event pump, answers nothing itself but
-// reads and clears the device's event logs whenever the device sends an
-// Event Notification (0106h) and, as a safety net, every PollInterval; it
-// turns Dynamic Capacity and link records into fabric.Events and detects
-// device resets by watching the MCTP event interrupt policy it armed.
+// effects. The endpoint's responder acknowledges the device's Event
+// Notifications (0106h); a second goroutine, the event pump, then reads and
+// clears the device's event logs (and, as a safety net, does so every
+// PollInterval), turns Dynamic Capacity and link records into
+// fabric.Events, and detects device resets by watching the MCTP event
+// interrupt policy it armed.
 package fm
 
 import (

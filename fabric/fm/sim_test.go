@@ -24,6 +24,10 @@ import (
 // reports it missing. It is a hang guard, not a performance assertion.
 const eventWait = 20 * time.Second
 
+// faultTimeout is the per-attempt timeout of tests that lose responses on
+// purpose, so that each loss costs little time.
+const faultTimeout = 300 * time.Millisecond
+
 // rig is a box and a client connected to it.
 type rig struct {
 	box *sim.Box
@@ -51,7 +55,7 @@ func newRig(tb testing.TB, mod func(*sim.Config), cfg Config) *rig {
 		cfg.PollInterval = time.Hour
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 250 * time.Millisecond
+		cfg.Timeout = DefaultTimeout
 	}
 	c, err := Open(ctx, serial.NewLink(fmSide, serial.LinkConfig{}), cfg)
 	if err != nil {
@@ -334,7 +338,7 @@ func TestFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, nil, Config{})
+			r := newRig(t, nil, Config{Timeout: faultTimeout})
 			r.discover(t)
 			tc.inject(r.box.Faults())
 			err := tc.run(context.Background(), r.c)
@@ -346,7 +350,7 @@ func TestFaults(t *testing.T) {
 }
 
 func TestLostAddResponseStillReportsOutcome(t *testing.T) {
-	r := newRig(t, nil, Config{})
+	r := newRig(t, nil, Config{Timeout: faultTimeout})
 	r.discover(t)
 	r.box.Faults().DropResponses(1)
 	tag := cci.NewTag()
@@ -361,19 +365,34 @@ func TestLostAddResponseStillReportsOutcome(t *testing.T) {
 }
 
 func TestDeviceReset(t *testing.T) {
-	r := newRig(t, nil, Config{PollInterval: 10 * time.Millisecond})
-	r.discover(t)
-	r.box.Faults().Reset()
-	r.next(t, fabric.EventDeviceReset)
-
-	// Events keep flowing once the pump has re-armed the policy.
-	tag := cci.NewTag()
-	ctx := context.Background()
-	if err := r.c.Add(ctx, fabric.AddRequest{Host: 7, Policy: fabric.AddFree, Region: 0, Length: 256 << 20, Tag: tag}); err != nil {
-		t.Fatalf("Add after reset: %v", err)
+	tests := []struct {
+		name       string
+		poll       time.Duration
+		rediscover bool
+	}{
+		{"detected by the health poll", 10 * time.Millisecond, false},
+		{"reported by a rediscovery before any poll", time.Hour, true},
 	}
-	if ev := r.next(t, fabric.EventAddResponse); ev.Host != 7 || sum(ev.Extents, tag) != 256<<20 {
-		t.Errorf("add response: got host %d with %d bytes, want host 7 with %d", ev.Host, sum(ev.Extents, tag), 256<<20)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, nil, Config{PollInterval: tc.poll})
+			r.discover(t)
+			r.box.Faults().Reset()
+			if tc.rediscover {
+				r.discover(t)
+			}
+			r.next(t, fabric.EventDeviceReset)
+
+			// Events keep flowing once the policy is armed again.
+			tag := cci.NewTag()
+			ctx := context.Background()
+			if err := r.c.Add(ctx, fabric.AddRequest{Host: 7, Policy: fabric.AddFree, Region: 0, Length: 256 << 20, Tag: tag}); err != nil {
+				t.Fatalf("Add after reset: %v", err)
+			}
+			if ev := r.next(t, fabric.EventAddResponse); ev.Host != 7 || sum(ev.Extents, tag) != 256<<20 {
+				t.Errorf("add response: got host %d with %d bytes, want host 7 with %d", ev.Host, sum(ev.Extents, tag), 256<<20)
+			}
+		})
 	}
 }
 
@@ -498,7 +517,7 @@ func TestDial(t *testing.T) {
 }
 
 func BenchmarkIdentify(b *testing.B) {
-	r := newRig(b, nil, Config{Timeout: 5 * time.Second})
+	r := newRig(b, nil, Config{})
 	ctx := context.Background()
 	var id cci.IdentifyResp
 	for b.Loop() {
@@ -509,7 +528,7 @@ func BenchmarkIdentify(b *testing.B) {
 }
 
 func BenchmarkExtents(b *testing.B) {
-	r := newRig(b, smallBox, Config{Timeout: 5 * time.Second})
+	r := newRig(b, smallBox, Config{})
 	r.discover(b)
 	addScattered(b, r, 2, 16)
 	ctx := context.Background()
