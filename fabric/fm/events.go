@@ -90,7 +90,7 @@ func (c *Client) runPump(ctx context.Context) {
 		case done := <-c.ctl:
 			done <- c.arm(ctx)
 		case <-c.wake:
-			c.drain(ctx)
+			c.drainMask(ctx, uint16(c.wakeMask.Swap(0)))
 		case <-t.C:
 			if c.checkHealth(ctx) {
 				c.drain(ctx)
@@ -172,14 +172,43 @@ func (c *Client) checkHealth(ctx context.Context) bool {
 	return true
 }
 
+// allLogs is the notification mask of every log the pump drains.
+const allLogs = policyMask
+
+// logBit maps an event log to its bit in the interrupt policy mask.
+func logBit(log uint8) uint16 {
+	switch log {
+	case cci.EventLogInfo:
+		return cci.PolicyInfo
+	case cci.EventLogWarning:
+		return cci.PolicyWarning
+	case cci.EventLogFailure:
+		return cci.PolicyFailure
+	case cci.EventLogFatal:
+		return cci.PolicyFatal
+	case cci.EventLogDC:
+		return cci.PolicyDC
+	}
+	return 0
+}
+
 // drain reads and clears every log the pump watches. It returns the first
 // error; later logs are still tried unless the link is gone.
-func (c *Client) drain(ctx context.Context) error {
+func (c *Client) drain(ctx context.Context) error { return c.drainMask(ctx, allLogs) }
+
+// drainMask reads and clears the logs named by mask (interrupt policy
+// bits). A notification names the logs with new records, so the pump does
+// not spend round trips on the others while a grant waits; the periodic
+// poll still drains everything.
+func (c *Client) drainMask(ctx context.Context, mask uint16) error {
 	if c.armed.Load() == 0 {
 		return nil
 	}
 	var first error
 	for _, l := range drainLogs {
+		if mask&logBit(l) == 0 {
+			continue
+		}
 		if err := c.drainLog(ctx, l); err != nil {
 			c.log.Warn("fm: draining event log failed", "log", l, "err", err)
 			if first == nil {

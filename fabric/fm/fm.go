@@ -123,8 +123,11 @@ type Client struct {
 	retrySeen atomic.Bool
 
 	events chan fabric.Event
-	wake   chan struct{}     // Event Notification arrived
-	ctl    chan chan<- error // Discover asks the pump to arm and drain
+	wake   chan struct{} // Event Notification arrived
+	// wakeMask accumulates the 0106h masks (which logs have news) until
+	// the pump picks them up.
+	wakeMask atomic.Uint32
+	ctl      chan chan<- error // Discover asks the pump to arm and drain
 
 	mu         sync.Mutex
 	respLimit  int              // response payload limit in bytes
@@ -231,6 +234,15 @@ func (c *Client) handle(_ context.Context, src mctp.EID, typ mctp.MsgType, msg [
 	}
 	resp := cci.Message{Category: cci.Response, Tag: m.Tag, Opcode: m.Opcode}
 	if m.Opcode == cci.OpEventNotification && typ == mctp.MsgTypeCXLCCI {
+		// The payload names the logs that have new records; remember
+		// them so the pump reads only those (an unreadable payload
+		// means "look everywhere").
+		var n cci.EventInterruptPolicy
+		mask := uint32(allLogs)
+		if n.UnmarshalBinary(m.Payload) == nil && n.Mask != 0 {
+			mask = uint32(n.Mask)
+		}
+		c.wakeMask.Or(mask)
 		select {
 		case c.wake <- struct{}{}:
 		default: // a drain is already due
