@@ -10,6 +10,20 @@
 // sanitized for real and a test can prove that one host's data never
 // reaches another.
 //
+// Conventions where cxl-wire.md leaves a choice:
+//   - A host that accepts nothing of an add is reported to the FM as one
+//     Add Capacity Response (04h) record with a zero-length extent that
+//     carries the offered tag; otherwise one 04h record per accepted extent,
+//     linked by More.
+//   - The FM's DC event log (log 04h on the MCTP CCI) holds only 04h/05h
+//     records; 00h–03h go to the hosts' own logs. Head link changes are
+//     Physical Switch records in the FM's Informational log.
+//   - A host may accept any block-aligned sub-range of an offered extent of
+//     non-sharable capacity; sharable capacity is all or none.
+//   - 5602h answers with an empty payload, as libcxlmi and QEMU expect.
+//   - Prescriptive adds may name extents of several regions; each tag must
+//     stay within one region.
+//
 // Device reset (Faults.Reset) models a controller restart that keeps the
 // media and the committed allocation state: event logs are emptied,
 // pending adds are dropped (their capacity returns to the free pool),
@@ -159,8 +173,8 @@ func New(cfg Config) (*Box, error) {
 	return b, nil
 }
 
-// Close stops the hosts and releases the memory. Serve loops end when their
-// contexts end; Close does not wait for them.
+// Close stops the hosts and the Serve loops (without waiting for the
+// latter) and releases the memory.
 func (b *Box) Close() error {
 	b.mu.Lock()
 	if b.closed {

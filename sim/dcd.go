@@ -685,20 +685,33 @@ func (b *Box) initiateRelease(q releaseReq) error {
 	if !q.forced && l.logs[cci.EventLogDC].free() < len(targets) {
 		return cci.RetryRequired
 	}
+	// Releasing from the middle of an extent splits it; the pieces that
+	// stay must still fit the LD's extent tracking.
+	oldHeld, oldGen := l.held, l.gen
+	var pieces []*held
+	for _, t := range targets {
+		pieces = append(pieces, l.carve(t.DPA, t.Length)...)
+	}
+	after := len(l.held)
+	if q.forced {
+		after -= len(pieces)
+	}
+	if after > b.cfg.MaxExtentsPerLD {
+		l.held, l.gen = oldHeld, oldGen
+		return cci.ResourcesExhausted
+	}
 	for _, g := range kill {
 		if !g.dead {
 			b.killGroup(g, q.sanitize)
 		}
-	}
-	var pieces []*held
-	for _, t := range targets {
-		pieces = append(pieces, l.carve(t.DPA, t.Length)...)
 	}
 	exts := make([]cci.Extent, len(pieces))
 	for i, h := range pieces {
 		exts[i] = h.Extent
 	}
 	if !q.forced {
+		// Extents already waiting for the host are asked for again: an FM
+		// retrying a release re-sends the 01h records.
 		for _, h := range pieces {
 			h.releasing = true
 			h.sanitize = h.sanitize || q.sanitize

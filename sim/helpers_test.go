@@ -233,6 +233,9 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func rcErr(err error) cci.ReturnCode {
+	if err == nil {
+		return cci.Success
+	}
 	var rc cci.ReturnCode
 	if errors.As(err, &rc) {
 		return rc

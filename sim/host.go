@@ -238,12 +238,14 @@ func (h *Host) process(ctx context.Context) {
 		h.buf, h.epoch = nil, e
 	}
 	log := h.box.log.With("host", h.ld)
+	overflowed := false
 	for {
 		var resp cci.GetEventRecordsResp
 		if err := h.call(cci.OpGetEventRecords, &cci.GetEventRecordsReq{Log: cci.EventLogDC}, &resp); err != nil {
 			log.Warn("get event records", "err", err)
 			return
 		}
+		overflowed = overflowed || resp.Overflow
 		if len(resp.Records) == 0 {
 			break
 		}
@@ -275,6 +277,14 @@ func (h *Host) process(ctx context.Context) {
 				j++
 			}
 			if j == len(h.buf) {
+				if overflowed {
+					// The chain's tail was lost to an overflow and will
+					// never come; drop it rather than merge it with the
+					// next chain.
+					log.Warn("event log overflowed; incomplete chain dropped", "records", j-i)
+					h.buf = nil
+					return
+				}
 				h.buf = h.buf[i:] // chain not complete yet: wait for More=0
 				return
 			}

@@ -92,8 +92,6 @@ func (r *region) mark(dpa, n uint64, used bool) {
 	}
 }
 
-func (r *region) freeBytes() uint64 { return uint64(len(r.used)-r.nused) * r.blockSize }
-
 // findFree picks n bytes from the lowest free blocks, one extent per run of
 // free blocks. It marks nothing.
 func (r *region) findFree(n uint64) ([]cci.Extent, bool) {
