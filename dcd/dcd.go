@@ -115,6 +115,16 @@ func (g Grant) Size() uint64 {
 	return n
 }
 
+// GrantIntent is a freshly written grant intent with its chunk. Others is
+// set when other hosts had active grants of the chunk at that moment, so
+// the add will most likely enable shared access rather than place new
+// capacity (the Manager confirms under the chunk's lock).
+type GrantIntent struct {
+	Grant
+	Chunk  Chunk
+	Others bool
+}
+
 // Orphan is capacity the device holds under a tag no ledger row explains.
 // It is never handed out until an administrator releases it.
 type Orphan struct {
@@ -156,7 +166,9 @@ type Ledger interface {
 	// adding). It fails with ErrNotFound (chunk or host), ErrConflict (the
 	// host already has an active grant of it, or a non-sharable chunk is
 	// already granted to another host), ErrNotSharable, ErrQuotaExceeded.
-	BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (Grant, error)
+	// It returns what the Manager needs to act on the intent without
+	// reading the ledger again.
+	BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (GrantIntent, error)
 	// CompleteGrant moves adding → granted with exactly the accepted extents.
 	CompleteGrant(ctx context.Context, id GrantID, extents []cci.Extent) (Grant, error)
 	// FailGrant moves adding → failed.

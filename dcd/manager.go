@@ -85,7 +85,7 @@ type Manager struct {
 	chunkMu     map[ChunkID]*sync.Mutex
 	waiters     map[HostID]map[chan fabric.Event]struct{}
 	subs        map[chan Change]struct{}
-	inflight    map[GrantID]bool
+	flights     map[GrantID]*flight
 	startReport ReconcileReport
 	reconc      chan struct{}
 
@@ -99,14 +99,14 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	cfg.defaults()
 	return &Manager{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		hostMu:   make(map[HostID]*sync.Mutex),
-		chunkMu:  make(map[ChunkID]*sync.Mutex),
-		waiters:  make(map[HostID]map[chan fabric.Event]struct{}),
-		subs:     make(map[chan Change]struct{}),
-		inflight: make(map[GrantID]bool),
-		reconc:   make(chan struct{}, 1),
+		cfg:     cfg,
+		log:     cfg.Logger,
+		hostMu:  make(map[HostID]*sync.Mutex),
+		chunkMu: make(map[ChunkID]*sync.Mutex),
+		waiters: make(map[HostID]map[chan fabric.Event]struct{}),
+		subs:    make(map[chan Change]struct{}),
+		flights: make(map[GrantID]*flight),
+		reconc:  make(chan struct{}, 1),
 	}, nil
 }
 
@@ -154,7 +154,7 @@ func (m *Manager) Settle(ctx context.Context) error {
 	defer t.Stop()
 	for {
 		m.mu.Lock()
-		n := len(m.inflight)
+		n := len(m.flights)
 		m.mu.Unlock()
 		if n == 0 {
 			return nil
@@ -334,12 +334,13 @@ func (m *Manager) BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 	if !h.LinkUp {
 		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, ErrLinkDown)
 	}
-	g, err := m.cfg.Ledger.BeginGrant(ctx, chunk, host)
+	in, err := m.cfg.Ledger.BeginGrant(ctx, chunk, host)
 	if err != nil {
-		return g, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, err)
+		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, err)
 	}
+	g := in.Grant
 	m.publish(Change{Kind: ChangeGrant, Chunk: chunk, Host: host, Grant: &g, Message: "adding"})
-	m.spawn(ctx, g.ID, func(ctx context.Context) { m.runAdd(ctx, g, false) })
+	m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false) })
 	return g, nil
 }
 
@@ -367,44 +368,63 @@ func (m *Manager) BeginRelease(ctx context.Context, id GrantID) (Grant, error) {
 		return g, fmt.Errorf("release grant %d: %w", id, err)
 	}
 	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &g, Message: "releasing"})
-	m.spawn(ctx, g.ID, func(ctx context.Context) { m.runRelease(ctx, g) })
+	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
+	if err != nil {
+		return g, fmt.Errorf("release grant %d: %w", id, err)
+	}
+	m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, false) })
 	return g, nil
 }
 
-// track registers in-flight background work on a grant so that Reconcile
-// does not drive the same grant twice; it returns false when the grant is
-// already being driven.
-func (m *Manager) track(id GrantID) (func(), bool) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.inflight[id] {
-		return nil, false
-	}
-	m.inflight[id] = true
-	return func() {
-		m.mu.Lock()
-		delete(m.inflight, id)
-		m.mu.Unlock()
-	}, true
+// flight is a grant or release flow running in this process. Waiters in
+// this process take its outcome from here instead of polling the ledger.
+type flight struct {
+	done  chan struct{}
+	final Grant // the grant as the flow left it; valid once done is closed
 }
 
-// spawn runs fn in the background for grant id unless it is already in
-// flight. The work outlives the caller's request: it must finish or be
-// picked up by reconcile, never be abandoned halfway.
-func (m *Manager) spawn(ctx context.Context, id GrantID, fn func(context.Context)) {
-	done, ok := m.track(id)
-	if !ok {
+// spawn runs fn in the background for grant id unless a flow for it is
+// already running (reconcile must not drive a grant twice). The work
+// outlives the caller's request: it must finish or be picked up by
+// reconcile, never be abandoned halfway.
+func (m *Manager) spawn(ctx context.Context, id GrantID, fn func(context.Context) Grant) {
+	m.mu.Lock()
+	if _, ok := m.flights[id]; ok {
+		m.mu.Unlock()
 		return
 	}
+	f := &flight{done: make(chan struct{})}
+	m.flights[id] = f
+	m.mu.Unlock()
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
-		defer done()
-		fn(context.WithoutCancel(ctx))
+		f.final = fn(context.WithoutCancel(ctx))
+		m.mu.Lock()
+		delete(m.flights, id)
+		m.mu.Unlock()
+		close(f.done)
 	}()
 }
 
+// await returns grant id once it has left state from: straight from the
+// flow when it runs in this process, otherwise by following the ledger.
 func (m *Manager) await(ctx context.Context, id GrantID, from GrantState) (Grant, error) {
+	m.mu.Lock()
+	f := m.flights[id]
+	m.mu.Unlock()
+	if f != nil {
+		select {
+		case <-ctx.Done():
+			return Grant{ID: id, State: from}, ctx.Err()
+		case <-f.done:
+		}
+		if f.final.State != from {
+			return f.final, grantErr(f.final)
+		}
+		// The flow gave up without an outcome (reconcile will finish it):
+		// follow the ledger like any other waiter.
+	}
 	ch, cancel := m.Subscribe(16)
 	defer cancel()
 	for {
@@ -440,34 +460,39 @@ func grantErr(g Grant) error {
 	return nil
 }
 
-// runAdd drives one grant from adding to granted or failed. resumed is set
-// when reconcile found the add pending on the device after a restart, so
-// the command must not be sent again.
-func (m *Manager) runAdd(ctx context.Context, g Grant, resumed bool) {
+// runAdd drives one grant from adding to granted or failed and returns it
+// as it left it. others says whether other hosts had active grants of the
+// chunk when the intent was written; resumed is set when reconcile found
+// the add pending on the device after a restart, so the command must not
+// be sent again.
+func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed bool) Grant {
 	defer m.lockChunk(g.Chunk)()
 	defer m.lockHost(g.Host)()
-	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
-	if err != nil {
-		m.failGrant(ctx, g, fmt.Errorf("%w: chunk vanished: %v", ErrDevice, err))
-		return
-	}
 	events := m.watch(g.Host)
 	defer m.unwatch(g.Host, events)
 
 	if !resumed {
-		req := fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Length: c.Size, Tag: c.Tag, Policy: fabric.AddFree}
-		shared, err := m.sharedWith(ctx, g)
+		// Under the chunk lock no other flow of this chunk is half done,
+		// so the ledger says whether its tag already lives on the device.
+		// Only a chunk that had other grants at intent time can be shared.
+		shared := false
+		if others {
+			var err error
+			if shared, err = m.sharedWith(ctx, g); err != nil {
+				return m.failGrant(ctx, g, fmt.Errorf("%w: %v", ErrDevice, err))
+			}
+		}
+		err := m.sendAdd(ctx, g, c, shared)
+		if !shared && errors.Is(err, cci.InvalidInput) {
+			// A later grant of the same chunk may have won the lock and
+			// placed the capacity first: share it instead.
+			if now, serr := m.sharedWith(ctx, g); serr == nil && now {
+				err = m.sendAdd(ctx, g, c, true)
+			}
+		}
 		if err != nil {
-			m.failGrant(ctx, g, fmt.Errorf("%w: %v", ErrDevice, err))
-			return
-		}
-		if shared {
-			req = fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Tag: c.Tag, Policy: fabric.AddSharedAccess}
-		}
-		if err := m.retryBusy(ctx, func() error { return m.cfg.Device.Add(ctx, req) }); err != nil {
 			if !errors.Is(err, fabric.ErrTimeout) {
-				m.failGrant(ctx, g, deviceErr(err))
-				return
+				return m.failGrant(ctx, g, deviceErr(err))
 			}
 			// The command may or may not have reached the device: ask it.
 			m.log.Warn("add timed out, checking the device", "grant", g.ID, "err", err)
@@ -486,11 +511,9 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, resumed bool) {
 				m.log.Warn("reading add status", "grant", g.ID, "err", err)
 			} else if st != addPending {
 				if st == addAccepted {
-					m.completeGrant(ctx, g, exts)
-				} else {
-					m.failGrant(ctx, g, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected))
+					return m.completeGrant(ctx, g, exts)
 				}
-				return
+				return m.failGrant(ctx, g, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected))
 			}
 		}
 		check = true
@@ -500,15 +523,23 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, resumed bool) {
 			// the host accepted; only an answer that says nothing about
 			// this tag needs the device's lists to interpret.
 			if exts := withTag(ev.Extents, c.Tag); ev.Kind == fabric.EventAddResponse && len(exts) > 0 {
-				m.completeGrant(ctx, g, exts)
-				return
+				return m.completeGrant(ctx, g, exts)
 			}
 		case <-time.After(250 * time.Millisecond):
 		case <-deadline.C:
-			m.withdrawAdd(ctx, g, c)
-			return
+			return m.withdrawAdd(ctx, g, c)
 		}
 	}
+}
+
+// sendAdd sends the Initiate Dynamic Capacity Add for g: fresh capacity
+// with the chunk's tag, or shared access to the capacity the tag names.
+func (m *Manager) sendAdd(ctx context.Context, g Grant, c Chunk, shared bool) error {
+	req := fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Length: c.Size, Tag: c.Tag, Policy: fabric.AddFree}
+	if shared {
+		req = fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Tag: c.Tag, Policy: fabric.AddSharedAccess}
+	}
+	return m.retryBusy(ctx, func() error { return m.cfg.Device.Add(ctx, req) })
 }
 
 func withTag(es []cci.Extent, tag cci.Tag) []cci.Extent {
@@ -574,50 +605,53 @@ func (m *Manager) sharedWith(ctx context.Context, g Grant) (bool, error) {
 // withdrawAdd forces back an offer the host never answered. Whatever the
 // host may have accepted in the meantime is removed too, so the outcome is
 // all-or-nothing: the grant fails and the capacity returns to the device.
-func (m *Manager) withdrawAdd(ctx context.Context, g Grant, c Chunk) {
+func (m *Manager) withdrawAdd(ctx context.Context, g Grant, c Chunk) Grant {
 	req := fabric.ReleaseRequest{Host: uint16(g.Host), Policy: fabric.ReleaseTagBased, Forced: true, Sanitize: true, Length: c.Size, Tag: c.Tag}
 	err := m.retryBusy(ctx, func() error { return m.cfg.Device.Release(ctx, req) })
 	st, _, serr := m.addStatus(ctx, g.Host, c.Tag)
 	if serr == nil && st == addNone {
-		m.failGrant(ctx, g, fmt.Errorf("%w: no answer within %s", ErrHostTimeout, m.cfg.AddTimeout))
-		return
+		return m.failGrant(ctx, g, fmt.Errorf("%w: no answer within %s", ErrHostTimeout, m.cfg.AddTimeout))
 	}
 	// The device still shows the tag: leave the grant adding; reconcile
 	// finishes it once the device answers again.
 	m.log.Error("could not withdraw an unanswered add", "grant", g.ID, "err", errors.Join(err, serr))
 	m.requestReconcile()
+	return g
 }
 
-func (m *Manager) completeGrant(ctx context.Context, g Grant, exts []cci.Extent) {
+// completeGrant records what the host accepted and returns the grant (as
+// it was, if the ledger write failed: reconcile completes it later).
+func (m *Manager) completeGrant(ctx context.Context, g Grant, exts []cci.Extent) Grant {
 	ng, err := m.cfg.Ledger.CompleteGrant(ctx, g.ID, exts)
 	if err != nil {
 		m.log.Error("recording granted capacity", "grant", g.ID, "err", err)
-		return
+		return g
 	}
 	m.log.Info("capacity granted", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "bytes", ng.Size(), "extents", len(exts))
 	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "granted"})
+	return ng
 }
 
-func (m *Manager) failGrant(ctx context.Context, g Grant, why error) {
+// failGrant records why a grant failed and returns it.
+func (m *Manager) failGrant(ctx context.Context, g Grant, why error) Grant {
 	ng, err := m.cfg.Ledger.FailGrant(ctx, g.ID, why.Error())
 	if err != nil {
 		m.log.Error("recording failed grant", "grant", g.ID, "err", err)
-		return
+		return g
 	}
 	m.log.Warn("grant failed", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "reason", why)
 	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "failed"})
+	return ng
 }
 
 // runRelease drives one grant from releasing to released, forcing the
-// release when the host does not answer in time.
-func (m *Manager) runRelease(ctx context.Context, g Grant) {
+// release when the host does not answer in time, and returns the grant as
+// it left it. resumed is set when reconcile picked up a release a crash
+// interrupted: the host may have answered already, so the device is asked
+// before anything is waited for.
+func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed bool) Grant {
 	defer m.lockChunk(g.Chunk)()
 	defer m.lockHost(g.Host)()
-	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
-	if err != nil {
-		m.log.Error("release: chunk lookup", "grant", g.ID, "err", err)
-		return
-	}
 	events := m.watch(g.Host)
 	defer m.unwatch(g.Host, events)
 	forced := false
@@ -626,23 +660,29 @@ func (m *Manager) runRelease(ctx context.Context, g Grant) {
 			Sanitize: true, Length: g.Size(), Tag: c.Tag}
 		return m.retryBusy(ctx, func() error { return m.cfg.Device.Release(ctx, req) })
 	}
+	// Sending a tag-based release again is safe: a host that no longer
+	// holds the tag makes the device answer Invalid Input.
 	if err := send(); err != nil && !errors.Is(err, cci.InvalidInput) && !errors.Is(err, fabric.ErrTimeout) {
 		m.log.Warn("release refused by device", "grant", g.ID, "err", err)
 	}
 	deadline := time.NewTimer(m.cfg.ReleaseTimeout)
 	defer deadline.Stop()
+	check := resumed
 	for {
-		held, err := m.holds(ctx, g.Host, c.Tag)
-		if err == nil && !held {
-			ng, err := m.cfg.Ledger.CompleteRelease(ctx, g.ID)
-			if err != nil {
-				m.log.Error("recording release", "grant", g.ID, "err", err)
-				return
+		if check {
+			held, err := m.holds(ctx, g.Host, c.Tag)
+			if err == nil && !held {
+				ng, err := m.cfg.Ledger.CompleteRelease(ctx, g.ID)
+				if err != nil {
+					m.log.Error("recording release", "grant", g.ID, "err", err)
+					return g
+				}
+				m.log.Info("capacity released", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "forced", forced)
+				m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "released"})
+				return ng
 			}
-			m.log.Info("capacity released", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "forced", forced)
-			m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "released"})
-			return
 		}
+		check = true
 		select {
 		case <-events:
 		case <-time.After(250 * time.Millisecond):
@@ -650,7 +690,7 @@ func (m *Manager) runRelease(ctx context.Context, g Grant) {
 			if forced {
 				m.log.Error("forced release did not take effect; will reconcile", "grant", g.ID)
 				m.requestReconcile()
-				return
+				return g
 			}
 			forced = true
 			m.log.Warn("host did not release in time, forcing", "grant", g.ID, "host", g.Host)

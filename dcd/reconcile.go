@@ -79,7 +79,7 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		case GrantAdding:
 			switch {
 			case pending:
-				m.spawn(ctx, g.ID, func(ctx context.Context) { m.runAdd(ctx, g, true) })
+				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, c, false, true) })
 				rep.Resumed++
 			case len(held) > 0:
 				m.completeGrant(ctx, g, held)
@@ -102,7 +102,7 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			}
 		case GrantReleasing:
 			if len(held) > 0 || pending {
-				m.spawn(ctx, g.ID, func(ctx context.Context) { m.runRelease(ctx, g) })
+				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, true) })
 				rep.Resumed++
 				continue
 			}
@@ -212,7 +212,8 @@ func (m *Manager) ReleaseOrphan(ctx context.Context, host HostID, tag cci.Tag) e
 func (m *Manager) inFlight(id GrantID) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.inflight[id]
+	_, ok := m.flights[id]
+	return ok
 }
 
 func sameExtents(a, b []cci.Extent) bool {

@@ -145,7 +145,7 @@ func mustGrant(t *testing.T, l dcd.Ledger, c dcd.ChunkID, h dcd.HostID) dcd.Gran
 	if err != nil {
 		t.Fatalf("BeginGrant chunk %d host %d: %v", c, h, err)
 	}
-	return g
+	return g.Grant
 }
 
 // extentsFor is what a host would accept for chunk c: two extents carrying
@@ -538,13 +538,23 @@ func (s suite) testBeginGrant(t *testing.T) {
 				return
 			}
 			want := dcd.Grant{ID: g.ID, Chunk: c.ID, Host: tc.host, State: dcd.GrantAdding}
-			if diff := cmp.Diff(want, g, ignoreTimes); diff != "" {
+			if diff := cmp.Diff(want, g.Grant, ignoreTimes); diff != "" {
 				t.Errorf("BeginGrant mismatch (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(c, g.Chunk, ignoreTimes); diff != "" {
+				t.Errorf("BeginGrant chunk mismatch (-want +got):\n%s", diff)
+			}
+			wantOthers := false
+			for _, b := range tc.before {
+				wantOthers = wantOthers || b.state.Active()
+			}
+			if g.Others != wantOthers {
+				t.Errorf("BeginGrant Others = %v, want %v (other active grants of the chunk)", g.Others, wantOthers)
 			}
 			if g.Created.IsZero() || !g.Updated.Equal(g.Created) {
 				t.Errorf("BeginGrant: got created %v updated %v, want equal and set", g.Created, g.Updated)
 			}
-			if diff := cmp.Diff(append(before, g), after); diff != "" {
+			if diff := cmp.Diff(append(before, g.Grant), after); diff != "" {
 				t.Errorf("Grants after BeginGrant mismatch (-want +got):\n%s", diff)
 			}
 		})

@@ -17,8 +17,8 @@ const activeStates = `('adding', 'granted', 'releasing')`
 
 // BeginGrant writes the intent to add chunk to host (state adding). The
 // admission checks and the insert are one transaction.
-func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID) (dcd.Grant, error) {
-	var g dcd.Grant
+func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID) (dcd.GrantIntent, error) {
+	var g dcd.GrantIntent
 	err := l.tx(ctx, func(tx *sql.Tx) error {
 		c, err := getChunk(ctx, tx, chunk)
 		if err != nil {
@@ -76,11 +76,15 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 			return err
 		}
 		id, err := res.LastInsertId()
-		g = dcd.Grant{ID: dcd.GrantID(id), Chunk: chunk, Host: host, State: dcd.GrantAdding, Created: now, Updated: now}
+		g = dcd.GrantIntent{
+			Grant:  dcd.Grant{ID: dcd.GrantID(id), Chunk: chunk, Host: host, State: dcd.GrantAdding, Created: now, Updated: now},
+			Chunk:  c,
+			Others: len(holders) > 0,
+		}
 		return err
 	})
 	if err != nil {
-		return dcd.Grant{}, fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
+		return dcd.GrantIntent{}, fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
 	}
 	return g, nil
 }

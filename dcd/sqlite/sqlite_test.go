@@ -372,10 +372,11 @@ func TestClockStampsRows(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g, err := l.BeginGrant(ctx, c.ID, 0)
+	in, err := l.BeginGrant(ctx, c.ID, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
+	g := in.Grant
 	begun := now
 	now = now.Add(time.Second)
 	g, err = l.FailGrant(ctx, g.ID, "timeout")
