@@ -22,6 +22,7 @@ import (
 	"cxlpool/fabric"
 	"cxlpool/fabric/fm"
 	"cxlpool/fabric/serial"
+	"cxlpool/internal/bytesize"
 	"cxlpool/sim"
 )
 
@@ -214,7 +215,7 @@ func Summary(box fabric.Box, ledgerPath string) []string {
 	lines := []string{
 		fmt.Sprintf("device: serial %#016x, firmware %q, %d heads (%d links up)", box.Identity.Serial,
 			box.Identity.FirmwareRevision, len(box.Heads), up),
-		fmt.Sprintf("dynamic capacity: %s in %d regions", FormatSize(box.TotalDynamic), len(box.Regions)),
+		fmt.Sprintf("dynamic capacity: %s in %d regions", bytesize.Format(box.TotalDynamic), len(box.Regions)),
 	}
 	for _, r := range box.Regions {
 		share := "not sharable"
@@ -222,7 +223,7 @@ func Summary(box fabric.Box, ledgerPath string) []string {
 			share = "sharable"
 		}
 		lines = append(lines, fmt.Sprintf("  region %d: %s at DPA %#x, block %s, %s, sanitize on release %v",
-			r.Index, FormatSize(r.Length), r.Base, FormatSize(r.BlockSize), share, r.SanitizeOnRelease))
+			r.Index, bytesize.Format(r.Length), r.Base, bytesize.Format(r.BlockSize), share, r.SanitizeOnRelease))
 	}
 	lines = append(lines, "ledger: "+ledgerPath)
 	return lines

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"cxlpool/appliance"
+	"cxlpool/internal/bytesize"
 	"cxlpool/sim"
 )
 
@@ -21,8 +22,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	simHeads := fs.Int("sim-heads", 8, "virtual box: number of host heads")
-	simCap := fs.String("sim-capacity", "1TiB", "virtual box: dynamic capacity")
-	simBlock := fs.String("sim-block-size", "256MiB", "virtual box: DC block size")
+	scfg := sim.DefaultConfig()
+	simCap := bytesize.Value(scfg.Capacity)
+	fs.Var(&simCap, "sim-capacity", "virtual box: dynamic capacity")
+	simBlock := bytesize.Value(scfg.BlockSize)
+	fs.Var(&simBlock, "sim-block-size", "virtual box: DC block size")
 	addTimeout := fs.Duration("add-timeout", 10*time.Second, "how long a host may take to accept offered capacity")
 	releaseTimeout := fs.Duration("release-timeout", 10*time.Second, "how long a host may take to release before the release is forced")
 	if err := fs.Parse(args); err != nil {
@@ -37,15 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 
-	scfg := sim.DefaultConfig()
 	scfg.Heads = *simHeads
-	var err error
-	if scfg.Capacity, err = appliance.ParseSize(*simCap); err != nil {
-		return fmt.Errorf("--sim-capacity: %w", err)
-	}
-	if scfg.BlockSize, err = appliance.ParseSize(*simBlock); err != nil {
-		return fmt.Errorf("--sim-block-size: %w", err)
-	}
+	scfg.Capacity, scfg.BlockSize = uint64(simCap), uint64(simBlock)
 
 	app, err := appliance.Open(ctx, appliance.Config{
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,

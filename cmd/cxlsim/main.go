@@ -21,6 +21,7 @@ import (
 
 	"cxlpool/fabric/mctp"
 	"cxlpool/fabric/serial"
+	"cxlpool/internal/bytesize"
 	"cxlpool/sim"
 )
 
@@ -42,9 +43,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.SetOutput(stdout)
 	listen := fs.String("listen", "", "address to serve: tcp://HOST:PORT or unix:PATH (required)")
 	heads := fs.Int("heads", def.Heads, "number of host heads (LDs)")
-	capacity := sizeValue(def.Capacity)
+	capacity := bytesize.Value(def.Capacity)
 	fs.Var(&capacity, "capacity", "dynamic capacity, e.g. 1TiB, 64GiB or bytes")
-	blockSize := sizeValue(def.BlockSize)
+	blockSize := bytesize.Value(def.BlockSize)
 	fs.Var(&blockSize, "block-size", "initial DC block size, e.g. 256MiB")
 	regions := fs.Int("regions", def.Regions, "number of DC regions (region 0 not sharable, the others sharable)")
 	serialNo := fs.String("serial", fmt.Sprintf("%#x", def.Serial), "device serial number")
@@ -106,45 +107,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	cfg.Logger.Info("box ready", "heads", cfg.Heads, "capacity", cfg.Capacity, "regions", cfg.Regions, "eid", cfg.EID)
 	return box.ServeListener(ctx, l)
-}
-
-// sizeValue is a byte size flag accepting IEC suffixes.
-type sizeValue uint64
-
-func (s *sizeValue) String() string { return strconv.FormatUint(uint64(*s), 10) }
-
-func (s *sizeValue) Set(v string) error {
-	n, err := parseSize(v)
-	if err != nil {
-		return err
-	}
-	*s = sizeValue(n)
-	return nil
-}
-
-// parseSize reads "1TiB", "256MiB", "64G", "4096" or "4096B". Suffixes are
-// binary (K/Ki = 2^10 … T/Ti = 2^40); decimal "MB"-style units are refused
-// because CXL writes "256 MB" for 2^28 and the ambiguity is not worth it.
-func parseSize(v string) (uint64, error) {
-	s := strings.TrimSpace(v)
-	i := len(s)
-	for i > 0 && (s[i-1] < '0' || s[i-1] > '9') {
-		i--
-	}
-	num, unit := s[:i], strings.ToLower(strings.TrimSpace(s[i:]))
-	n, err := strconv.ParseUint(num, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("size %q: %w", v, err)
-	}
-	shifts := map[string]uint{"": 0, "b": 0, "k": 10, "kib": 10, "m": 20, "mib": 20, "g": 30, "gib": 30, "t": 40, "tib": 40}
-	sh, ok := shifts[unit]
-	if !ok {
-		return 0, fmt.Errorf("size %q: unknown unit %q (use KiB, MiB, GiB, TiB)", v, s[i:])
-	}
-	if n > (1<<64-1)>>sh {
-		return 0, fmt.Errorf("size %q overflows 64 bits", v)
-	}
-	return n << sh, nil
 }
 
 // policyValue collects --host-policy settings by LD.

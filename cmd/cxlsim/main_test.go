@@ -17,33 +17,6 @@ import (
 	"cxlpool/sim"
 )
 
-func TestParseSize(t *testing.T) {
-	tests := []struct {
-		in   string
-		want uint64
-		ok   bool
-	}{
-		{"1TiB", 1 << 40, true},
-		{"256MiB", 256 << 20, true},
-		{"64G", 64 << 30, true},
-		{"4096", 4096, true},
-		{"4096B", 4096, true},
-		{"2 mib", 2 << 20, true},
-		{"1KiB", 1024, true},
-		{"256MB", 0, false},
-		{"MiB", 0, false},
-		{"", 0, false},
-		{"-1", 0, false},
-		{"99999999999TiB", 0, false},
-	}
-	for _, tt := range tests {
-		got, err := parseSize(tt.in)
-		if (err == nil) != tt.ok || got != tt.want {
-			t.Errorf("parseSize(%q) = %d, %v; want %d, ok=%v", tt.in, got, err, tt.want, tt.ok)
-		}
-	}
-}
-
 func TestHostPolicyFlag(t *testing.T) {
 	p := policyValue{}
 	for _, v := range []string{"3=reject,4=never", "5=part:2@10ms", "6=accept"} {
