@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cxlpool/fabric"
@@ -87,6 +88,7 @@ type Manager struct {
 	subs        map[chan Change]struct{}
 	flights     map[GrantID]*flight
 	startReport ReconcileReport
+	resets      atomic.Uint64 // device resets seen, so flows can tell why an offer vanished
 	reconc      chan struct{}
 
 	bg sync.WaitGroup
@@ -470,6 +472,7 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 	defer m.lockHost(g.Host)()
 	events := m.watch(g.Host)
 	defer m.unwatch(g.Host, events)
+	resets := m.resets.Load()
 
 	if !resumed {
 		// Under the chunk lock no other flow of this chunk is half done,
@@ -504,6 +507,9 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 	// the device first, because the host may have answered while no
 	// Fabric Manager was listening.
 	check := resumed
+	// A resumed flow may have missed the host's answer while no Fabric
+	// Manager was listening; a fresh one hears it as an event.
+	answered := resumed
 	for {
 		if check {
 			st, exts, err := m.addStatus(ctx, g.Host, c.Tag)
@@ -513,12 +519,20 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 				if st == addAccepted {
 					return m.completeGrant(ctx, g, exts)
 				}
+				if !answered {
+					why := "the offer disappeared from the device without an answer from the host"
+					if m.resets.Load() != resets {
+						why = "the device reset and dropped the offer"
+					}
+					return m.failGrant(ctx, g, fmt.Errorf("%w: %s", ErrDevice, why))
+				}
 				return m.failGrant(ctx, g, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected))
 			}
 		}
 		check = true
 		select {
 		case ev := <-events:
+			answered = answered || ev.Kind == fabric.EventAddResponse
 			// The Add Capacity Response records name exactly the extents
 			// the host accepted; only an answer that says nothing about
 			// this tag needs the device's lists to interpret.
@@ -814,6 +828,9 @@ func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 		}
 		m.publish(Change{Kind: ChangeHost, Host: HostID(ev.Host), Message: linkWord(ev.LinkUp)})
 	case fabric.EventDeviceReset, fabric.EventOverflow:
+		if ev.Kind == fabric.EventDeviceReset {
+			m.resets.Add(1)
+		}
 		m.log.Warn("device state may have changed behind our back; reconciling", "event", ev.Kind)
 		m.publish(Change{Kind: ChangeDevice, Message: ev.Kind.String()})
 		box, err := m.cfg.Device.Discover(ctx)

@@ -441,3 +441,88 @@ func waitFor(t *testing.T, cond func() bool) {
 		time.Sleep(5 * time.Millisecond)
 	}
 }
+
+func TestDeviceResetDuringGrant(t *testing.T) {
+	s := newStack(t, func(c *appliance.Config) {
+		c.AddTimeout = 5 * time.Second
+		c.FM.PollInterval = 50 * time.Millisecond
+	})
+	ctx := ctxT(t)
+	held, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	kept, err := s.m.Grant(ctx, held.ID, 1)
+	if err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	s.box.Host(3).SetPolicy(sim.Policy{Mode: sim.NeverAnswer})
+	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	g, err := s.m.BeginGrant(ctx, c.ID, 3)
+	if err != nil {
+		t.Fatalf("BeginGrant: %v", err)
+	}
+	waitFor(t, func() bool {
+		tags, err := s.dev.Tags(ctx)
+		ti, ok := tags.Find(c.Tag)
+		return err == nil && ok && ti.HasPending(3)
+	})
+	s.box.Faults().Reset() // the pending offer is lost with the device's volatile state
+	got, err := s.m.AwaitGrant(ctx, g.ID)
+	if !errors.Is(err, dcd.ErrDevice) || got.State != dcd.GrantFailed {
+		t.Fatalf("grant across a device reset: state %s err %v, want failed with ErrDevice", got.State, err)
+	}
+	if err := s.m.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// What the device kept (accepted extents) is still granted, and the
+	// box works normally afterwards.
+	if n := len(s.deviceHolds(t, 1, held.Tag)); n == 0 {
+		t.Errorf("host 1 lost its granted capacity across the reset")
+	}
+	if g, err := s.led.Grant(ctx, kept.ID); err != nil || g.State != dcd.GrantGranted {
+		t.Errorf("grant kept across the reset: %s %v, want granted", g.State, err)
+	}
+	s.box.Host(3).SetPolicy(sim.Policy{Mode: sim.AcceptAll})
+	if _, err := s.m.Grant(ctx, c.ID, 3); err != nil {
+		t.Errorf("Grant after the reset: %v", err)
+	}
+}
+
+func TestLinkFlap(t *testing.T) {
+	s := newStack(t, nil)
+	ctx := ctxT(t)
+	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	changes, cancel := s.m.Subscribe(64)
+	defer cancel()
+	s.box.SetLink(4, false)
+	waitFor(t, func() bool { h, _ := s.m.Box().Head(4); return !h.LinkUp })
+	if _, err := s.m.Grant(ctx, c.ID, 4); !errors.Is(err, dcd.ErrLinkDown) {
+		t.Errorf("Grant to a host whose link is down: got %v, want ErrLinkDown", err)
+	}
+	h, err := s.led.Host(ctx, 4)
+	if err != nil || h.LinkUp {
+		t.Errorf("ledger host 4 = %+v, %v; want link down recorded", h, err)
+	}
+	s.box.SetLink(4, true)
+	waitFor(t, func() bool { h, _ := s.m.Box().Head(4); return h.LinkUp })
+	if _, err := s.m.Grant(ctx, c.ID, 4); err != nil {
+		t.Errorf("Grant after the link came back: %v", err)
+	}
+	var msgs []string
+	for len(changes) > 0 {
+		ch := <-changes
+		if ch.Kind == dcd.ChangeHost {
+			msgs = append(msgs, ch.Message)
+		}
+	}
+	if diff := cmp.Diff([]string{"link down", "link up"}, msgs); diff != "" {
+		t.Errorf("host changes published (-want +got):\n%s", diff)
+	}
+}
