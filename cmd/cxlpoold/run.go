@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"time"
 
+	"cxlpool/api"
 	"cxlpool/appliance"
 	"cxlpool/internal/bytesize"
 	"cxlpool/sim"
@@ -20,6 +22,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	device := fs.String("device", appliance.DeviceSim, "where the device is: sim (built-in virtual box), tcp://HOST:PORT, unix:PATH or tty:/dev/ttyX")
 	data := fs.String("data", "./var", "data directory (SQLite inventory, keys)")
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
+	plainHTTP := fs.Bool("http", false, "serve the API over plain HTTP instead of TLS (development only)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	simHeads := fs.Int("sim-heads", 8, "virtual box: number of host heads")
 	scfg := sim.DefaultConfig()
@@ -59,9 +62,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
 		fmt.Fprintln(stdout, "cxlpoold:", l)
 	}
-	fmt.Fprintf(stdout, "cxlpoold: running; the Redfish API for %s is not part of this build yet (see api/README.md); Ctrl-C stops\n", *listen)
-	<-ctx.Done()
+	srv, err := api.New(api.Config{
+		Manager: app.Manager, DataDir: *data, Logger: log.With("component", "api"),
+		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
+	})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	scheme := "https"
+	if *plainHTTP {
+		scheme = "http"
+	}
+	fmt.Fprintf(stdout, "cxlpoold: Redfish API at %s://%s/redfish/v1 (credentials: %s); Ctrl-C stops\n",
+		scheme, *listen, srv.CredentialsNote())
+	if !*plainHTTP {
+		fmt.Fprintf(stdout, "cxlpoold: TLS certificate %s\n", srv.CertPath())
+	}
+	if err := srv.Serve(ctx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
+		return err
+	}
 	fmt.Fprintln(stdout, "cxlpoold: stopping")
 	app.Manager.Wait()
 	return nil
 }
+
+// version is the build's version, set with -ldflags "-X main.version=...".
+var version = "dev"

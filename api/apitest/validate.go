@@ -1,0 +1,301 @@
+package apitest
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+)
+
+// DMTF schema URL prefixes and where their files are in shared/.
+const (
+	dmtfPrefix      = "http://redfish.dmtf.org/schemas/v1/"
+	swordfishPrefix = "http://redfish.dmtf.org/schemas/swordfish/v1/"
+)
+
+// RepoRoot is the directory holding go.mod, found from the working
+// directory (a package directory during go test).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.mod not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// SharedDir is ../shared beside the repository (read-only in CI).
+func SharedDir() (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, "..", "shared"), nil
+}
+
+// Validator checks payloads against the DMTF JSON schemas. It is safe for
+// concurrent use; compiled schemas are cached.
+type Validator struct {
+	dir string
+
+	mu       sync.Mutex
+	compiler *jsonschema.Compiler
+	schemas  map[string]*jsonschema.Schema
+}
+
+// NewValidator loads schemas from dir (shared/redfish/json-schema).
+func NewValidator(dir string) *Validator {
+	c := jsonschema.NewCompiler()
+	c.UseLoader(schemaLoader{dir: dir})
+	c.DefaultDraft(jsonschema.Draft7)
+	return &Validator{dir: dir, compiler: c, schemas: map[string]*jsonschema.Schema{}}
+}
+
+// schemaLoader maps DMTF URLs to files: no network is reachable. A
+// Swordfish schema the bundle lacks loads as {} (anything goes): our
+// resources never use those properties.
+type schemaLoader struct{ dir string }
+
+func (l schemaLoader) Load(url string) (any, error) {
+	var name string
+	switch {
+	case strings.HasPrefix(url, dmtfPrefix):
+		name = strings.TrimPrefix(url, dmtfPrefix)
+	case strings.HasPrefix(url, swordfishPrefix):
+		name = strings.TrimPrefix(url, swordfishPrefix)
+	default:
+		return nil, fmt.Errorf("schema %s: not a DMTF URL", url)
+	}
+	f, err := os.Open(filepath.Join(l.dir, filepath.Base(name)))
+	if err != nil {
+		if strings.HasPrefix(url, swordfishPrefix) && errors.Is(err, os.ErrNotExist) {
+			return swordfishStub(name), nil
+		}
+		return nil, err
+	}
+	defer f.Close()
+	doc, err := jsonschema.UnmarshalJSON(f)
+	if err != nil {
+		return nil, fmt.Errorf("schema %s: %w", url, err)
+	}
+	// The DMTF meta-schema is draft-07 with extra keywords; validating
+	// schemas against it adds nothing, so schemas are read as draft-07.
+	if m, ok := doc.(map[string]any); ok {
+		delete(m, "$schema")
+		linksOnly(m)
+	}
+	return doc, nil
+}
+
+// fullSuffix names the kept inline definition of a collection type.
+const fullSuffix = "_Full"
+
+const idRef = dmtfPrefix + "odata-v4.json#/definitions/idRef"
+
+// linksOnly makes a resource's unversioned definition (anyOf: a link, or
+// any version of the resource) accept only the link. Payloads hold other
+// resources as links (Check validates expanded ones on their own), and
+// without this every schema would pull in the whole bundle: compiling
+// ServiceRoot would take most of a minute.
+func linksOnly(doc map[string]any) {
+	defs, _ := doc["definitions"].(map[string]any)
+	for name, d := range defs {
+		def, _ := d.(map[string]any)
+		anyOf, _ := def["anyOf"].([]any)
+		if len(anyOf) < 2 {
+			continue
+		}
+		if first, _ := anyOf[0].(map[string]any); first["$ref"] == idRef {
+			// A collection's own type is defined inline: keep it under
+			// another name for validating collection payloads.
+			if full, _ := anyOf[1].(map[string]any); len(anyOf) == 2 && full["$ref"] == nil {
+				defs[name+fullSuffix] = full
+			}
+			def["anyOf"] = anyOf[:1]
+		}
+	}
+}
+
+// swordfishStub stands in for a Swordfish schema the bundle lacks: its
+// definitions accept anything. DMTF schemas refer to the file's own type
+// and to a few others by name.
+func swordfishStub(name string) map[string]any {
+	stem, _, _ := strings.Cut(filepath.Base(name), ".")
+	defs := map[string]any{stem: map[string]any{}}
+	for _, d := range []string{"CapacitySource", "ProvisioningPolicy", "StorageAccessCapability", "ReplicaType",
+		"ReplicaUpdateMode", "ReplicaInfo", "EncryptionTypes", "InitializeMethod", "InitializeType"} {
+		defs[d] = map[string]any{}
+	}
+	return map[string]any{"definitions": defs}
+}
+
+var odataType = regexp.MustCompile(`^#([A-Za-z0-9]+)\.(?:(v[0-9]+_[0-9]+_[0-9]+)\.)?([A-Za-z0-9]+)$`)
+
+// SchemaFile names the schema file for an @odata.type:
+// "#Connection.v1_4_0.Connection" → "Connection.v1_4_0.json",
+// "#ConnectionCollection.ConnectionCollection" → "ConnectionCollection.json"
+// (and its inline collection definition).
+func SchemaFile(t string) (file, definition string, err error) {
+	m := odataType.FindStringSubmatch(t)
+	if m == nil {
+		return "", "", fmt.Errorf("@odata.type %q is not #Namespace[.vX_Y_Z].Type", t)
+	}
+	if m[2] == "" {
+		return m[1] + ".json", m[3] + fullSuffix, nil
+	}
+	return m[1] + "." + m[2] + ".json", m[3], nil
+}
+
+func (v *Validator) schema(file, def string) (*jsonschema.Schema, error) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	key := file + "#/definitions/" + def
+	if sch, ok := v.schemas[key]; ok {
+		return sch, nil
+	}
+	if _, err := os.Stat(filepath.Join(v.dir, file)); err != nil {
+		return nil, fmt.Errorf("no schema file %s (is the @odata.type version the newest in the bundle?)", file)
+	}
+	sch, err := v.compiler.Compile(dmtfPrefix + key)
+	if err != nil {
+		return nil, err
+	}
+	v.schemas[key] = sch
+	return sch, nil
+}
+
+// Check validates one payload against the schema its @odata.type names;
+// an error response ({"error": ...}) against redfish-error.
+func (v *Validator) Check(body []byte) error {
+	inst, err := jsonschema.UnmarshalJSON(bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("payload is not JSON: %w", err)
+	}
+	obj, ok := inst.(map[string]any)
+	if !ok {
+		return errors.New("payload is not a JSON object")
+	}
+	var errs []error
+	for _, sub := range expanded(obj, "") {
+		b, _ := json.Marshal(sub.obj)
+		if err := v.Check(b); err != nil {
+			errs = append(errs, fmt.Errorf("expanded %s: %w", sub.path, err))
+		}
+		clear(sub.obj)
+		sub.obj["@odata.id"] = sub.id
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	var sch *jsonschema.Schema
+	if _, isErr := obj["error"]; isErr && len(obj) == 1 {
+		sch, err = v.schema("redfish-error.v1_0_2.json", "RedfishError")
+	} else {
+		t, _ := obj["@odata.type"].(string)
+		file, def, ferr := SchemaFile(t)
+		if ferr != nil {
+			return ferr
+		}
+		sch, err = v.schema(file, def)
+	}
+	if err != nil {
+		return err
+	}
+	if err := sch.Validate(inst); err != nil {
+		return err
+	}
+	return nil
+}
+
+type expandedResource struct {
+	path string
+	id   any
+	obj  map[string]any
+}
+
+// expanded finds resources embedded by $expand (objects with @odata.id,
+// @odata.type and more) below the top level.
+func expanded(v any, path string) []expandedResource {
+	var out []expandedResource
+	switch x := v.(type) {
+	case map[string]any:
+		if path != "" && len(x) > 2 && x["@odata.id"] != nil && x["@odata.type"] != nil {
+			return []expandedResource{{path: path, id: x["@odata.id"], obj: x}}
+		}
+		for k, e := range x {
+			out = append(out, expanded(e, path+"/"+k)...)
+		}
+	case []any:
+		for i, e := range x {
+			out = append(out, expanded(e, fmt.Sprintf("%s/%d", path, i))...)
+		}
+	}
+	return out
+}
+
+// Validate fails t unless body is valid against its schema. It skips the
+// test when ../shared/redfish/json-schema is absent.
+func Validate(t testing.TB, body []byte) {
+	t.Helper()
+	v := SharedValidator(t)
+	if err := v.Check(body); err != nil {
+		t.Errorf("payload does not validate: %v\n%s", err, indent(body))
+	}
+}
+
+func indent(b []byte) string {
+	var out bytes.Buffer
+	if json.Indent(&out, b, "", "  ") != nil {
+		return string(b)
+	}
+	s := out.String()
+	if len(s) > 4000 {
+		s = s[:4000] + "\n..."
+	}
+	return s
+}
+
+var (
+	sharedOnce sync.Once
+	shared     *Validator
+	sharedErr  error
+)
+
+// SharedValidator is one Validator per test binary (compiling the DMTF
+// schemas is the slow part), skipping t when the schemas are absent.
+func SharedValidator(t testing.TB) *Validator {
+	t.Helper()
+	sharedOnce.Do(func() {
+		dir, err := SharedDir()
+		if err != nil {
+			sharedErr = err
+			return
+		}
+		dir = filepath.Join(dir, "redfish", "json-schema")
+		if _, err := os.Stat(dir); err != nil {
+			sharedErr = fmt.Errorf("DMTF JSON schemas not found at %s (../shared beside the repository): %w", dir, err)
+			return
+		}
+		shared = NewValidator(dir)
+	})
+	if sharedErr != nil {
+		t.Skipf("skipping schema validation: %v", sharedErr)
+	}
+	return shared
+}

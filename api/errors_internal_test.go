@@ -1,0 +1,165 @@
+package api
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric"
+)
+
+// TestFromDomain checks that every dcd and fabric sentinel maps to a
+// registry message and a status, wrapped or not, and that only device
+// trouble is a 5xx.
+func TestFromDomain(t *testing.T) {
+	reg, err := LoadRegistries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tgt := Target{Type: "MemoryChunks", ID: "3", URI: "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/3"}
+	for _, tc := range []struct {
+		err        error
+		status     int
+		msg        string
+		retryAfter bool
+	}{
+		{dcd.ErrNotFound, http.StatusNotFound, "Base.ResourceNotFound", false},
+		{dcd.ErrNoCapacity, http.StatusConflict, "Base.ResourceExhaustion", false},
+		{dcd.ErrQuotaExceeded, http.StatusConflict, "Base.CreateLimitReachedForResource", false},
+		{dcd.ErrConflict, http.StatusConflict, "Base.ResourceInUse", false},
+		{dcd.ErrInvalid, http.StatusBadRequest, "Base.GeneralError", false},
+		{dcd.ErrNotSharable, http.StatusConflict, "Base.PropertyValueResourceConflict", false},
+		{dcd.ErrHostRejected, http.StatusConflict, "Base.GeneralError", false},
+		{dcd.ErrHostTimeout, http.StatusConflict, "Base.GeneralError", false},
+		{dcd.ErrLinkDown, http.StatusConflict, "Base.GeneralError", false},
+		{dcd.ErrDeviceBusy, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
+		{dcd.ErrDevice, http.StatusInternalServerError, "Base.UndeterminedFault", false},
+		{fabric.ErrTimeout, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
+		{fabric.ErrClosed, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
+		{errors.New("surprise"), http.StatusInternalServerError, "Base.InternalError", false},
+	} {
+		for _, err := range []error{tc.err, fmt.Errorf("grant chunk 3 to host 1: %w", tc.err)} {
+			e := FromDomain(err, tgt)
+			if e.Status != tc.status || len(e.Messages) != 1 || e.Messages[0].Key != tc.msg {
+				t.Errorf("FromDomain(%v): got %d %v, want %d %s", err, e.Status, e.Messages, tc.status, tc.msg)
+				continue
+			}
+			if got := e.Header.Get("Retry-After") != ""; got != tc.retryAfter {
+				t.Errorf("FromDomain(%v): Retry-After present %v, want %v", err, got, tc.retryAfter)
+			}
+			if !errors.Is(e, tc.err) {
+				t.Errorf("FromDomain(%v) lost its cause", err)
+			}
+			m := e.Messages[0]
+			if n := reg.NumberOfArgs(m.Key); n != len(m.Args) {
+				t.Errorf("FromDomain(%v): %s has %d args, registry wants %d", err, m.Key, len(m.Args), n)
+			}
+		}
+	}
+	pre := ErrPreconditionFailed()
+	if FromDomain(fmt.Errorf("wrapped: %w", pre), tgt) != pre {
+		t.Error("an *Error does not pass through FromDomain")
+	}
+}
+
+// TestMessageKeysExist checks every registry key written in the package's
+// code against the embedded registries, so a typo cannot reach a client as
+// a GeneralError.
+func TestMessageKeysExist(t *testing.T) {
+	reg, err := LoadRegistries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, _ := filepath.Glob("*.go")
+	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
+	key := regexp.MustCompile(`"((?:Base|TaskEvent|ResourceEvent)\.[A-Za-z]+)"`)
+	n := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range key.FindAllStringSubmatch(string(b), -1) {
+			n++
+			if !reg.Has(m[1]) {
+				t.Errorf("%s: %s is not in the registries", f, m[1])
+			}
+		}
+	}
+	if n < 40 {
+		t.Errorf("found %d message keys, want the ~40 the service uses", n)
+	}
+}
+
+func TestResolve(t *testing.T) {
+	reg, err := LoadRegistries()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := reg.Resolve(M("Base.PropertyValueNotInList", "Root", "RoleId").WithRelated("RoleId"))
+	want := Message{
+		ODataType: messageODataType, MessageID: "Base.1.22.PropertyValueNotInList",
+		Message:     "The value 'Root' for the property RoleId is not in the list of acceptable values.",
+		MessageArgs: []string{"Root", "RoleId"}, Severity: "Warning", MessageSeverity: "Warning",
+		Resolution:        "Choose a value from the enumeration list that the implementation can support and resubmit the request if the operation failed.",
+		RelatedProperties: []string{"#/RoleId"},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("Resolve (-want +got):\n%s", diff)
+	}
+	if got := reg.Resolve(M("Base.NoSuchMessage")); got.MessageID != "Base.1.22.GeneralError" {
+		t.Errorf("unknown key resolves to %s, want GeneralError", got.MessageID)
+	}
+	if got := reg.Resolve(M("TaskEvent.TaskCompletedOK", 12)); got.Message != "The task with Id '12' has completed." {
+		t.Errorf("TaskCompletedOK: %q", got.Message)
+	}
+}
+
+func TestSystemID(t *testing.T) {
+	for h := dcd.HostID(0); h < 300; h += 7 {
+		got, err := ParseSystemID(SystemID(h))
+		if err != nil || got != h {
+			t.Errorf("ParseSystemID(SystemID(%d)) = %d, %v", h, got, err)
+		}
+	}
+	for _, bad := range []string{"", "Host", "host1", "Host01", "Host-1", "Host70000", "1"} {
+		if _, err := ParseSystemID(bad); err == nil {
+			t.Errorf("ParseSystemID(%q) succeeded", bad)
+		}
+	}
+}
+
+// FuzzDecode: the strict decoder never panics, and refuses only with a
+// 4xx registry error.
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{
+		`{"UserName": "a", "Password": "pw", "RoleId": "Operator"}`,
+		`{"Oem": {"CxlPool": {"SystemId": "Host0"}}}`,
+		`{"Enabled": true, "Locked": false, "AccountTypes": ["Redfish"]}`,
+		`{"Id": "1"}`, `{"Links": {}}`, `[]`, `null`, `{"UserName": 1}`, `{"a@odata.type": 1}`,
+		`{"SessionTimeout": 1e400}`,
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, dst := range []any{&accountPatch{}, &accountCreate{}, &sessionServicePatch{}, &subscriptionCreate{}} {
+			err := decodeJSON(b, dst)
+			if err == nil {
+				continue
+			}
+			var e *Error
+			if !errors.As(err, &e) || e.Status < 400 || e.Status >= 500 {
+				t.Fatalf("decode %q into %T: %v", b, dst, err)
+			}
+		}
+	})
+}

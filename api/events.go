@@ -1,0 +1,569 @@
+package api
+
+import (
+	"bytes"
+	"fmt"
+	"net/http"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+const (
+	eventServiceURI  = "/redfish/v1/EventService"
+	subscriptionsURI = eventServiceURI + "/Subscriptions"
+	sseURI           = eventServiceURI + "/SSE"
+)
+
+// Event is something that happened, published on the service's bus: it
+// goes to the EventLog, to SSE streams and to push subscriptions.
+type Event struct {
+	// MessageKey is a registry message ("ResourceEvent.ResourceCreated").
+	MessageKey string
+	Args       []string
+	// Origin is the @odata.id of the resource the event is about.
+	Origin string
+	// Host scopes the event to one host: host principals see only events
+	// of their own host; events without a host are for appliance viewers.
+	Host *dcd.HostID
+
+	ID   int64     // set by Publish
+	Time time.Time // set by Publish
+}
+
+// Event messages every resource uses.
+const (
+	MsgResourceCreated = "ResourceEvent.ResourceCreated"
+	MsgResourceChanged = "ResourceEvent.ResourceChanged"
+	MsgResourceRemoved = "ResourceEvent.ResourceRemoved"
+	MsgStateChanged    = "ResourceEvent.ResourceStateChanged"
+)
+
+// eventType is the (deprecated but required) EventRecord.EventType.
+func eventType(key string) string {
+	switch key {
+	case MsgResourceCreated:
+		return "ResourceAdded"
+	case MsgResourceRemoved:
+		return "ResourceRemoved"
+	case MsgResourceChanged:
+		return "ResourceUpdated"
+	case MsgStateChanged:
+		return "StatusChange"
+	}
+	if strings.HasPrefix(key, "TaskEvent.") {
+		return "StatusChange"
+	}
+	return "Alert"
+}
+
+// bus fans events out to streams and subscriptions.
+type bus struct {
+	s *Server
+
+	mu      sync.Mutex
+	next    int64
+	streams map[chan Event]struct{}
+	pushers map[int64]*pusher
+}
+
+func newBus(s *Server) *bus {
+	return &bus{s: s, streams: map[chan Event]struct{}{}, pushers: map[int64]*pusher{}}
+}
+
+// Publish records ev in the EventLog and delivers it to SSE streams and
+// push subscriptions. It never blocks on a slow consumer: a stream that
+// cannot keep up loses events, a push queue that is full drops the oldest.
+func (s *Server) Publish(ev Event) {
+	ev.Time = s.now()
+	b := s.bus
+	b.mu.Lock()
+	b.next++
+	ev.ID = b.next
+	b.mu.Unlock()
+	s.metrics.events.Inc()
+	s.appendEvent(ev)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for ch := range b.streams {
+		select {
+		case ch <- ev:
+		default:
+		}
+	}
+	for _, p := range b.pushers {
+		p.enqueue(ev)
+	}
+}
+
+func (b *bus) subscribe() (chan Event, func()) {
+	ch := make(chan Event, 64)
+	b.mu.Lock()
+	b.streams[ch] = struct{}{}
+	b.mu.Unlock()
+	return ch, func() {
+		b.mu.Lock()
+		delete(b.streams, ch)
+		b.mu.Unlock()
+	}
+}
+
+func (b *bus) streamCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.streams)
+}
+
+// visible reports whether principal p may see ev.
+func visible(p *Principal, ev Event) bool {
+	if p.IsHost() {
+		return ev.Host != nil && *ev.Host == *p.HostID
+	}
+	return true
+}
+
+// eventBody renders events as one Redfish Event resource.
+func (s *Server) eventBody(id string, context string, evs ...Event) Obj {
+	recs := make([]Obj, 0, len(evs))
+	for i, ev := range evs {
+		m := s.reg.Resolve(Msg{Key: ev.MessageKey, Args: ev.Args})
+		r := Obj{
+			"MemberId":        strconv.Itoa(i),
+			"EventId":         strconv.FormatInt(ev.ID, 10),
+			"EventType":       eventType(ev.MessageKey),
+			"EventTimestamp":  ev.Time.Format(timeFormat),
+			"MessageId":       m.MessageID,
+			"Message":         m.Message,
+			"MessageArgs":     m.MessageArgs,
+			"MessageSeverity": m.MessageSeverity,
+		}
+		if ev.Origin != "" {
+			r["OriginOfCondition"] = Link(ev.Origin)
+		}
+		recs = append(recs, r)
+	}
+	o := Obj{
+		"@odata.type": "#Event.v1_13_0.Event",
+		"Id":          id,
+		"Name":        "Event",
+		"Events":      recs,
+	}
+	if context != "" {
+		o["Context"] = context
+	}
+	return o
+}
+
+// startFeeders turns the Manager's changes into events until Close.
+func (s *Server) startFeeders() {
+	subs, err := s.store.Subscriptions(s.ctx)
+	if err != nil {
+		s.log.Error("loading event subscriptions", "err", err)
+	}
+	for _, sub := range subs {
+		s.bus.startPusher(sub)
+	}
+	if s.mgr == nil {
+		return
+	}
+	ch, cancel := s.mgr.Subscribe(256)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer cancel()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case c, ok := <-ch:
+				if !ok {
+					return
+				}
+				for _, ev := range changeEvents(c) {
+					s.Publish(ev)
+				}
+			}
+		}
+	}()
+}
+
+// changeEvents maps a capacity change to the events clients see, with the
+// URIs of the resources it touched (see uris.go).
+func changeEvents(c dcd.Change) []Event {
+	host := func(h dcd.HostID) *dcd.HostID { return &h }
+	switch c.Kind {
+	case dcd.ChangeChunk:
+		key := MsgResourceChanged
+		switch c.Message {
+		case "reserved":
+			key = MsgResourceCreated
+		case "deleted":
+			key = MsgResourceRemoved
+		}
+		return []Event{{MessageKey: key, Origin: ChunkURI(c.Chunk)}}
+	case dcd.ChangeGrant:
+		if c.Grant == nil {
+			return nil
+		}
+		key := MsgStateChanged
+		args := []string{ConnectionURI(c.Grant.ID), string(c.Grant.State)}
+		switch c.Grant.State {
+		case dcd.GrantAdding:
+			key, args = MsgResourceCreated, nil
+		case dcd.GrantReleased:
+			key, args = MsgResourceRemoved, nil
+		}
+		return []Event{{MessageKey: key, Args: args, Origin: ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
+	case dcd.ChangeHost:
+		return []Event{{MessageKey: MsgStateChanged, Args: []string{SystemURI(c.Host), c.Message},
+			Origin: SystemURI(c.Host), Host: host(c.Host)}}
+	case dcd.ChangeOrphan, dcd.ChangeDevice:
+		msg := c.Message
+		if msg == "" {
+			msg = string(c.Kind)
+		}
+		return []Event{{MessageKey: MsgStateChanged, Args: []string{DCDURI, msg}, Origin: DCDURI}}
+	}
+	return nil
+}
+
+// --- EventService resources ---
+
+type subscriptionCreate struct {
+	Destination      string   `json:"Destination" rf:"required"`
+	Protocol         string   `json:"Protocol" rf:"required" enum:"Redfish"`
+	Context          string   `json:"Context"`
+	SubscriptionType string   `json:"SubscriptionType" enum:"RedfishEvent"`
+	EventFormatType  string   `json:"EventFormatType" enum:"Event"`
+	RegistryPrefixes []string `json:"RegistryPrefixes" enum:"Base|ResourceEvent|TaskEvent"`
+	MessageIds       []string `json:"MessageIds"`
+	ID               string   `json:"Id" rf:"readonly"`
+	Name             string   `json:"Name" rf:"readonly"`
+}
+
+func subscriptionURI(id int64) string { return subscriptionsURI + "/" + strconv.FormatInt(id, 10) }
+
+func (s *Server) eventRoutes() {
+	s.Handle(http.MethodGet, eventServiceURI, PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.eventService())
+	})
+	s.Handle(http.MethodGet, sseURI, PrivLogin, s.serveSSE)
+	s.Handle(http.MethodGet, subscriptionsURI, PrivApplianceView, func(c echo.Context) error {
+		subs, err := s.store.Subscriptions(c.Request().Context())
+		if err != nil {
+			return ErrInternal(err)
+		}
+		byURI := map[string]Subscription{}
+		var uris []string
+		for _, sub := range subs {
+			u := subscriptionURI(sub.ID)
+			uris = append(uris, u)
+			byURI[u] = sub
+		}
+		return s.WriteCollection(c, Collection{
+			ODataID: subscriptionsURI, ODataType: "#EventDestinationCollection.EventDestinationCollection",
+			Name: "Event Subscriptions", Members: uris,
+			Expand: func(uri string) (any, error) { return s.subscription(byURI[uri]), nil },
+		})
+	})
+	s.Handle(http.MethodPost, subscriptionsURI, PrivConfigureManager|PrivConfigureComponents, s.createSubscription)
+	s.Handle(http.MethodGet, subscriptionsURI+"/:id", PrivApplianceView, func(c echo.Context) error {
+		sub, err := s.findSubscription(c)
+		if err != nil {
+			return err
+		}
+		return s.WriteResource(c, http.StatusOK, s.subscription(sub))
+	})
+	s.Handle(http.MethodDelete, subscriptionsURI+"/:id", PrivConfigureManager|PrivConfigureComponents, func(c echo.Context) error {
+		sub, err := s.findSubscription(c)
+		if err != nil {
+			return err
+		}
+		if err := s.IfMatch(c, s.subscription(sub)); err != nil {
+			return err
+		}
+		if _, err := s.store.DeleteSubscription(c.Request().Context(), sub.ID); err != nil {
+			return ErrInternal(err)
+		}
+		s.bus.stopPusher(sub.ID)
+		return s.NoContent(c)
+	})
+}
+
+func (s *Server) eventService() Obj {
+	return Obj{
+		"@odata.id":                    eventServiceURI,
+		"@odata.type":                  "#EventService.v1_12_0.EventService",
+		"Id":                           "EventService",
+		"Name":                         "Event Service",
+		"ServiceEnabled":               true,
+		"Status":                       Obj{"State": "Enabled", "Health": "OK"},
+		"DeliveryRetryAttempts":        s.cfg.PushRetryAttempts,
+		"DeliveryRetryIntervalSeconds": int(s.cfg.PushRetryInterval / time.Second),
+		"EventFormatTypes":             []string{"Event"},
+		"RegistryPrefixes":             []string{"Base", "ResourceEvent", "TaskEvent"},
+		"ServerSentEventUri":           sseURI,
+		"SSEFilterPropertiesSupported": Obj{"EventFormatType": false, "MessageId": false, "MetricReportDefinition": false,
+			"OriginResource": false, "RegistryPrefix": false, "ResourceType": false, "SubordinateResources": false},
+		"Subscriptions": Link(subscriptionsURI),
+	}
+}
+
+func (s *Server) subscription(sub Subscription) Obj {
+	return Obj{
+		"@odata.id":        subscriptionURI(sub.ID),
+		"@odata.type":      "#EventDestination.v1_16_0.EventDestination",
+		"Id":               strconv.FormatInt(sub.ID, 10),
+		"Name":             "Event Subscription " + strconv.FormatInt(sub.ID, 10),
+		"Destination":      sub.Destination,
+		"Protocol":         sub.Protocol,
+		"Context":          sub.Context,
+		"SubscriptionType": "RedfishEvent",
+		"EventFormatType":  "Event",
+		"RegistryPrefixes": nonNil(sub.RegistryPrefixes),
+		"MessageIds":       nonNil(sub.MessageIDs),
+		"Status":           Obj{"State": "Enabled", "Health": "OK"},
+	}
+}
+
+func (s *Server) findSubscription(c echo.Context) (Subscription, error) {
+	id := c.Param("id")
+	subs, err := s.store.Subscriptions(c.Request().Context())
+	if err != nil {
+		return Subscription{}, ErrInternal(err)
+	}
+	for _, sub := range subs {
+		if strconv.FormatInt(sub.ID, 10) == id {
+			return sub, nil
+		}
+	}
+	return Subscription{}, ErrResourceNotFound("EventDestination", id)
+}
+
+// maxSubscriptions bounds push subscriptions.
+const maxSubscriptions = 32
+
+func (s *Server) createSubscription(c echo.Context) error {
+	var req subscriptionCreate
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	u, err := url.Parse(req.Destination)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return ErrPropertyValueFormat(req.Destination, "Destination")
+	}
+	ctx := c.Request().Context()
+	subs, err := s.store.Subscriptions(ctx)
+	if err != nil {
+		return ErrInternal(err)
+	}
+	if len(subs) >= maxSubscriptions {
+		return NewError(http.StatusConflict, M("Base.EventSubscriptionLimitExceeded"))
+	}
+	sub, err := s.store.CreateSubscription(ctx, Subscription{
+		Destination: req.Destination, Context: req.Context, Protocol: req.Protocol,
+		RegistryPrefixes: req.RegistryPrefixes, MessageIDs: req.MessageIds, Owner: PrincipalOf(c).User,
+	})
+	if err != nil {
+		return ErrInternal(err)
+	}
+	s.bus.startPusher(sub)
+	return s.WriteCreated(c, subscriptionURI(sub.ID), s.subscription(sub))
+}
+
+// serveSSE streams events as text/event-stream until the client leaves or
+// the service stops. Each message is one Event resource; its SSE id is the
+// event id.
+func (s *Server) serveSSE(c echo.Context) error {
+	p := PrincipalOf(c)
+	ch, cancel := s.bus.subscribe()
+	defer cancel()
+	res := c.Response()
+	res.Header().Set("Content-Type", "text/event-stream")
+	res.Header().Set("Cache-Control", "no-cache")
+	res.WriteHeader(http.StatusOK)
+	// A comment line first, so clients see the stream is open.
+	if _, err := fmt.Fprint(res, ": cxlpool event stream\n\n"); err != nil {
+		return nil
+	}
+	res.Flush()
+	keepalive := time.NewTicker(30 * time.Second)
+	defer keepalive.Stop()
+	for {
+		select {
+		case <-c.Request().Context().Done():
+			return nil
+		case <-s.streams:
+			return nil
+		case <-keepalive.C:
+			if _, err := fmt.Fprint(res, ": keepalive\n\n"); err != nil {
+				return nil
+			}
+			res.Flush()
+		case ev := <-ch:
+			if !visible(p, ev) {
+				continue
+			}
+			id := strconv.FormatInt(ev.ID, 10)
+			b, err := encodeJSON(s.eventBody(id, "", ev))
+			if err != nil {
+				return nil
+			}
+			if _, err := fmt.Fprintf(res, "id: %s\ndata: %s\n\n", id, b); err != nil {
+				return nil
+			}
+			res.Flush()
+		}
+	}
+}
+
+// --- push delivery ---
+
+// pusher delivers one subscription's events in order, retrying each
+// failed POST with a doubling interval up to the attempt limit.
+type pusher struct {
+	sub  Subscription
+	wake chan struct{}
+	stop chan struct{}
+
+	mu    sync.Mutex
+	queue []Event
+}
+
+const maxPushQueue = 256
+
+func (b *bus) startPusher(sub Subscription) {
+	p := &pusher{sub: sub, wake: make(chan struct{}, 1), stop: make(chan struct{})}
+	b.mu.Lock()
+	b.pushers[sub.ID] = p
+	b.mu.Unlock()
+	b.s.bg.Add(1)
+	go func() {
+		defer b.s.bg.Done()
+		b.s.runPusher(p)
+	}()
+}
+
+func (b *bus) stopPusher(id int64) {
+	b.mu.Lock()
+	p := b.pushers[id]
+	delete(b.pushers, id)
+	b.mu.Unlock()
+	if p != nil {
+		close(p.stop)
+	}
+}
+
+func (p *pusher) enqueue(ev Event) {
+	if !p.wants(ev) {
+		return
+	}
+	p.mu.Lock()
+	if len(p.queue) >= maxPushQueue {
+		p.queue = p.queue[1:]
+	}
+	p.queue = append(p.queue, ev)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wants applies the subscription's RegistryPrefixes and MessageIds
+// filters (empty means everything).
+func (p *pusher) wants(ev Event) bool {
+	prefix, name, _ := strings.Cut(ev.MessageKey, ".")
+	if len(p.sub.RegistryPrefixes) > 0 && !slices.Contains(p.sub.RegistryPrefixes, prefix) {
+		return false
+	}
+	if len(p.sub.MessageIDs) > 0 && !slices.ContainsFunc(p.sub.MessageIDs, func(id string) bool {
+		return id == name || strings.HasPrefix(id, prefix+".") && strings.HasSuffix(id, "."+name)
+	}) {
+		return false
+	}
+	return true
+}
+
+func (s *Server) runPusher(p *pusher) {
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-p.stop:
+			return
+		case <-p.wake:
+		}
+		for {
+			p.mu.Lock()
+			if len(p.queue) == 0 {
+				p.mu.Unlock()
+				break
+			}
+			ev := p.queue[0]
+			p.queue = p.queue[1:]
+			p.mu.Unlock()
+			if !s.deliver(p, ev) {
+				return
+			}
+		}
+	}
+}
+
+// deliver POSTs one event, retrying; it returns false when the pusher
+// must stop.
+func (s *Server) deliver(p *pusher, ev Event) bool {
+	body, err := encodeJSON(s.eventBody(strconv.FormatInt(ev.ID, 10), p.sub.Context, ev))
+	if err != nil {
+		s.log.Error("encoding event", "err", err)
+		return true
+	}
+	wait := s.cfg.PushRetryInterval
+	for attempt := 1; ; attempt++ {
+		err := s.post(p.sub.Destination, body)
+		if err == nil {
+			return true
+		}
+		if attempt >= s.cfg.PushRetryAttempts {
+			s.log.Warn("event delivery failed; dropping event", "subscription", p.sub.ID,
+				"destination", p.sub.Destination, "event", ev.ID, "err", err)
+			return true
+		}
+		t := time.NewTimer(wait)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return false
+		case <-p.stop:
+			t.Stop()
+			return false
+		case <-t.C:
+		}
+		wait *= 2
+	}
+}
+
+func (s *Server) post(dest string, body []byte) error {
+	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, dest, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json; charset=utf-8")
+	req.Header.Set("OData-Version", "4.0")
+	resp, err := s.cfg.PushClient.Do(req)
+	if err != nil {
+		return err
+	}
+	resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		return fmt.Errorf("destination answered %s", resp.Status)
+	}
+	return nil
+}

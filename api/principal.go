@@ -1,0 +1,170 @@
+package api
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// Privilege is a set of privileges. A route declares the set it accepts:
+// the caller needs at least ONE of them (Redfish privilege mappings are
+// OR-lists). Handlers that allow more than one refine per object (for
+// example ConfigureSelf only for the caller's own account).
+type Privilege uint32
+
+// DMTF predefined privileges, the OEM host-capacity privilege and the
+// service's internal ones.
+const (
+	PrivLogin Privilege = 1 << iota
+	PrivConfigureManager
+	PrivConfigureUsers
+	PrivConfigureComponents
+	PrivConfigureSelf
+	// PrivHostCapacity (OEM "CxlPoolHostCapacity") lets a host-bound
+	// account reserve and grant capacity to its own host.
+	PrivHostCapacity
+	// PrivApplianceView is held by every role that is not bound to a
+	// host: it guards what spans all hosts (logs, other accounts,
+	// metrics). It is internal and never shown in Role resources.
+	PrivApplianceView
+
+	// Public marks routes readable without authentication (ServiceRoot,
+	// $metadata, odata, login). It is not a privilege anyone holds.
+	Public Privilege = 1 << 31
+)
+
+// OemPrivHostCapacity is PrivHostCapacity's name in Role.OemPrivileges.
+const OemPrivHostCapacity = "CxlPoolHostCapacity"
+
+var dmtfPrivileges = []struct {
+	p    Privilege
+	name string
+}{
+	{PrivLogin, "Login"},
+	{PrivConfigureManager, "ConfigureManager"},
+	{PrivConfigureUsers, "ConfigureUsers"},
+	{PrivConfigureComponents, "ConfigureComponents"},
+	{PrivConfigureSelf, "ConfigureSelf"},
+}
+
+// Assigned returns the DMTF names of the privileges in p, in DMTF order.
+func (p Privilege) Assigned() []string {
+	out := []string{}
+	for _, d := range dmtfPrivileges {
+		if p&d.p != 0 {
+			out = append(out, d.name)
+		}
+	}
+	return out
+}
+
+// Oem returns the OEM privilege names in p.
+func (p Privilege) Oem() []string {
+	out := []string{}
+	if p&PrivHostCapacity != 0 {
+		out = append(out, OemPrivHostCapacity)
+	}
+	return out
+}
+
+// Role names.
+const (
+	RoleAdministrator = "Administrator"
+	RoleOperator      = "Operator"
+	RoleReadOnly      = "ReadOnly"
+	RoleHostUser      = "HostUser"
+)
+
+// Role is a predefined role.
+type Role struct {
+	ID          string
+	Description string
+	Privileges  Privilege
+	// HostBound roles' accounts are bound to one ComputerSystem.
+	HostBound bool
+}
+
+// Roles are the predefined roles in display order. They are fixed: the
+// service does not create custom roles.
+var roles = []Role{
+	{ID: RoleAdministrator, Description: "Administrator User Role",
+		Privileges: PrivLogin | PrivConfigureManager | PrivConfigureUsers | PrivConfigureComponents | PrivConfigureSelf | PrivApplianceView},
+	{ID: RoleOperator, Description: "Operator User Role",
+		Privileges: PrivLogin | PrivConfigureComponents | PrivConfigureSelf | PrivApplianceView},
+	{ID: RoleReadOnly, Description: "Read Only User Role",
+		Privileges: PrivLogin | PrivConfigureSelf | PrivApplianceView},
+	{ID: RoleHostUser, Description: "Host User Role: manages the capacity of the one host its accounts are bound to",
+		Privileges: PrivLogin | PrivConfigureSelf | PrivHostCapacity, HostBound: true},
+}
+
+// LookupRole returns the predefined role with the given Id.
+func LookupRole(id string) (Role, bool) {
+	for _, r := range roles {
+		if r.ID == id {
+			return r, true
+		}
+	}
+	return Role{}, false
+}
+
+// Principal is the authenticated caller of a request.
+type Principal struct {
+	AccountID  string
+	User       string
+	Role       string
+	Privileges Privilege
+	// HostID is set for host-bound accounts: they see and change only
+	// their own host's resources.
+	HostID *dcd.HostID
+	// SessionID is the Redfish session the request came with; empty for
+	// HTTP Basic.
+	SessionID string
+}
+
+// Has reports whether the principal holds any privilege in p.
+func (p *Principal) Has(priv Privilege) bool { return p != nil && p.Privileges&priv != 0 }
+
+// CanSeeHost reports whether resources of host id are visible to the
+// principal. A host-bound principal sees only its own host; handlers answer
+// 404 ResourceNotFound (never 403) for the others, so that a host cannot
+// even learn which other hosts' resources exist.
+func (p *Principal) CanSeeHost(id dcd.HostID) bool {
+	if p == nil {
+		return false
+	}
+	return p.HostID == nil || *p.HostID == id
+}
+
+// IsHost reports whether the principal is bound to a host.
+func (p *Principal) IsHost() bool { return p != nil && p.HostID != nil }
+
+// principalKey is the echo context key of the request's Principal.
+const principalKey = "cxlpool.principal"
+
+// PrincipalOf returns the request's principal, or nil on public routes
+// reached without credentials.
+func PrincipalOf(c echo.Context) *Principal {
+	p, _ := c.Get(principalKey).(*Principal)
+	return p
+}
+
+// SystemID is the ComputerSystem Id of host h (/redfish/v1/Systems/{id}).
+// Host-bound accounts name their host by it.
+func SystemID(h dcd.HostID) string { return "Host" + strconv.Itoa(int(h)) }
+
+// ParseSystemID is the inverse of SystemID.
+func ParseSystemID(id string) (dcd.HostID, error) {
+	n, ok := strings.CutPrefix(id, "Host")
+	if !ok || n == "" || (len(n) > 1 && n[0] == '0') {
+		return 0, fmt.Errorf("system id %q: want Host<LD-ID>", id)
+	}
+	v, err := strconv.ParseUint(n, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("system id %q: %w", id, err)
+	}
+	return dcd.HostID(v), nil
+}

@@ -1,0 +1,324 @@
+package api
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+// Obj is a JSON object under construction (a resource body). encoding/json
+// writes its keys sorted, so bodies and ETags are deterministic.
+type Obj = map[string]any
+
+// Link is a navigation property value.
+func Link(uri string) Obj { return Obj{"@odata.id": uri} }
+
+// Links is a list of navigation property values (never null).
+func Links(uris ...string) []Obj {
+	out := make([]Obj, 0, len(uris))
+	for _, u := range uris {
+		out = append(out, Link(u))
+	}
+	return out
+}
+
+// encodeJSON marshals a body the one way the service does, so that the
+// ETag of a GET and the one checked for If-Match agree.
+func encodeJSON(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// ETag is the weak entity tag of a representation.
+func ETag(body []byte) string {
+	sum := sha256.Sum256(body)
+	return `W/"` + hex.EncodeToString(sum[:12]) + `"`
+}
+
+func (s *Server) writeJSON(c echo.Context, status int, body []byte) error {
+	return c.Blob(status, "application/json; charset=utf-8", body)
+}
+
+// WriteResource answers with one resource: ETag of the full
+// representation, If-None-Match (304), then $select. status is 200 for
+// GET and PATCH, 201 for a create (see WriteCreated).
+func (s *Server) WriteResource(c echo.Context, status int, res any) error {
+	body, err := encodeJSON(res)
+	if err != nil {
+		return ErrInternal(err)
+	}
+	etag := ETag(body)
+	h := c.Response().Header()
+	h.Set("ETag", etag)
+	if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
+		return s.writeJSON(c, status, body)
+	}
+	q, qerr := parseQuery(c)
+	if qerr != nil {
+		return qerr
+	}
+	if q.paged() {
+		return ErrQueryNotSupportedOnResource()
+	}
+	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	if len(q.sel) > 0 {
+		if body, err = selectProps(body, q.sel, nil); err != nil {
+			return ErrInternal(err)
+		}
+	}
+	return s.writeJSON(c, status, body)
+}
+
+// WriteCreated answers a create with 201, Location and the new resource.
+func (s *Server) WriteCreated(c echo.Context, uri string, res any) error {
+	c.Response().Header().Set("Location", uri)
+	return s.WriteResource(c, http.StatusCreated, res)
+}
+
+// NoContent answers a successful DELETE or action without a body.
+func (s *Server) NoContent(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+
+// Collection is a resource collection to write.
+type Collection struct {
+	ODataID   string // "/redfish/v1/AccountService/Accounts"
+	ODataType string // "#ManagerAccountCollection.ManagerAccountCollection"
+	Name      string
+	// Members are the member URIs the caller may see, in order.
+	Members []string
+	// Expand returns the member at uri for $expand. Set it only where
+	// expansion is cheap (in memory, or one query); nil ignores $expand.
+	Expand func(uri string) (any, error)
+}
+
+// WriteCollection answers with a collection: $top/$skip paging with
+// Members@odata.nextLink, $expand (one level, for collections that declare
+// Expand) and $select.
+func (s *Server) WriteCollection(c echo.Context, col Collection) error {
+	q, qerr := parseQuery(c)
+	if qerr != nil {
+		return qerr
+	}
+	total := len(col.Members)
+	page := col.Members
+	skip := min(q.skip, total)
+	page = page[skip:]
+	if q.hasTop && q.top < len(page) {
+		page = page[:q.top]
+	}
+	members := make([]any, 0, len(page))
+	for _, u := range page {
+		if q.expand && col.Expand != nil {
+			m, err := col.Expand(u)
+			if err != nil {
+				return err
+			}
+			if len(q.sel) > 0 {
+				if m, err = selectValue(m, q.sel); err != nil {
+					return ErrInternal(err)
+				}
+			}
+			members = append(members, m)
+			continue
+		}
+		members = append(members, Link(u))
+	}
+	body := Obj{
+		"@odata.id":           col.ODataID,
+		"@odata.type":         col.ODataType,
+		"Name":                col.Name,
+		"Members":             members,
+		"Members@odata.count": total,
+	}
+	if next := skip + len(page); q.hasTop && next < total {
+		body["Members@odata.nextLink"] = col.ODataID + "?$skip=" + strconv.Itoa(next) + "&$top=" + strconv.Itoa(q.top)
+	}
+	b, err := encodeJSON(body)
+	if err != nil {
+		return ErrInternal(err)
+	}
+	etag := ETag(b)
+	c.Response().Header().Set("ETag", etag)
+	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
+		return c.NoContent(http.StatusNotModified)
+	}
+	if len(q.sel) > 0 && !q.expand {
+		if b, err = selectProps(b, q.sel, []string{"Members", "Members@odata.count", "Members@odata.nextLink"}); err != nil {
+			return ErrInternal(err)
+		}
+	}
+	return s.writeJSON(c, http.StatusOK, b)
+}
+
+// IfMatch checks the request's If-Match against current, the resource as
+// its GET would show it. No header passes; "*" passes for an existing
+// resource; otherwise one of the listed tags must match (weakly).
+func (s *Server) IfMatch(c echo.Context, current any) error {
+	hdr := c.Request().Header.Get("If-Match")
+	if hdr == "" {
+		return nil
+	}
+	body, err := encodeJSON(current)
+	if err != nil {
+		return ErrInternal(err)
+	}
+	if !etagMatches(hdr, ETag(body)) {
+		return ErrPreconditionFailed()
+	}
+	return nil
+}
+
+// etagMatches reports whether the If-Match/If-None-Match list hdr names
+// etag, comparing weakly (W/ ignored).
+func etagMatches(hdr, etag string) bool {
+	if hdr == "" {
+		return false
+	}
+	want := strings.TrimPrefix(etag, "W/")
+	for _, t := range strings.Split(hdr, ",") {
+		t = strings.TrimSpace(t)
+		if t == "*" || strings.TrimPrefix(t, "W/") == want {
+			return true
+		}
+	}
+	return false
+}
+
+// query is the parsed Redfish query of a GET.
+type query struct {
+	sel       [][]string // $select paths, split at "/"
+	top, skip int
+	hasTop    bool
+	hasSkip   bool
+	expand    bool
+}
+
+func (q query) paged() bool { return q.hasTop || q.hasSkip }
+
+var selectPath = regexp.MustCompile(`^[A-Za-z0-9_@.#]+(/[A-Za-z0-9_@.#]+)*$`)
+var expandValue = regexp.MustCompile(`^([*.~])(\(\$levels=([0-9]{1,3})\))?$`)
+
+// parseQuery reads the OData query options the service supports. Unknown
+// options that start with "$" are refused (501, as DSP0266 requires);
+// others are ignored.
+func parseQuery(c echo.Context) (query, *Error) {
+	var q query
+	for k, vs := range c.QueryParams() {
+		v := vs[len(vs)-1]
+		switch k {
+		case "$select":
+			for _, p := range strings.Split(v, ",") {
+				p = strings.TrimSpace(p)
+				if !selectPath.MatchString(p) {
+					return q, ErrQueryValue(v, k)
+				}
+				q.sel = append(q.sel, strings.Split(p, "/"))
+			}
+		case "$top", "$skip":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 {
+				return q, ErrQueryValue(v, k)
+			}
+			if k == "$top" {
+				q.top, q.hasTop = n, true
+			} else {
+				q.skip, q.hasSkip = n, true
+			}
+		case "$expand":
+			m := expandValue.FindStringSubmatch(v)
+			if m == nil {
+				return q, ErrQueryValue(v, k)
+			}
+			// One level is all the service expands ($levels above
+			// 1 is served as 1, as MaxLevels advertises).
+			q.expand = true
+			if m[3] != "" {
+				if n, _ := strconv.Atoi(m[3]); n < 1 {
+					return q, ErrQueryValue(v, k)
+				}
+			}
+		default:
+			if strings.HasPrefix(k, "$") {
+				return q, ErrQueryUnsupported(k)
+			}
+		}
+	}
+	return q, nil
+}
+
+// selectProps keeps the selected properties of a JSON object plus the
+// OData annotations (and keep), as $select requires.
+func selectProps(body []byte, sel [][]string, keep []string) ([]byte, error) {
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		return nil, err
+	}
+	obj, ok := v.(map[string]any)
+	if !ok {
+		return body, nil
+	}
+	out := selectObj(obj, sel)
+	for _, k := range keep {
+		if x, ok := obj[k]; ok {
+			out[k] = x
+		}
+	}
+	return encodeJSON(out)
+}
+
+func selectValue(v any, sel [][]string) (any, error) {
+	b, err := encodeJSON(v)
+	if err != nil {
+		return nil, err
+	}
+	b, err = selectProps(b, sel, nil)
+	if err != nil {
+		return nil, err
+	}
+	return json.RawMessage(b), nil
+}
+
+func selectObj(obj map[string]any, sel [][]string) map[string]any {
+	out := map[string]any{}
+	for k, v := range obj {
+		if strings.HasPrefix(k, "@odata.") {
+			out[k] = v
+		}
+	}
+	for _, p := range sel {
+		x, ok := obj[p[0]]
+		if !ok {
+			continue
+		}
+		if len(p) == 1 {
+			out[p[0]] = x
+			continue
+		}
+		sub, ok := x.(map[string]any)
+		if !ok {
+			continue
+		}
+		inner := selectObj(sub, [][]string{p[1:]})
+		if prev, ok := out[p[0]].(map[string]any); ok {
+			for k, v := range inner {
+				prev[k] = v
+			}
+			continue
+		}
+		out[p[0]] = inner
+	}
+	return out
+}

@@ -1,0 +1,221 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+)
+
+const (
+	serviceRootURI = "/redfish/v1"
+	registriesURI  = serviceRootURI + "/Registries"
+
+	// redfishVersion is the DSP0266 version the service follows.
+	redfishVersion = "1.22.0"
+	// timeFormat is Redfish's Edm.DateTimeOffset.
+	timeFormat = "2006-01-02T15:04:05Z07:00"
+)
+
+// odataTypes lists every @odata.type the service emits; $metadata
+// references the CSDL file of each. A new resource adds its types here
+// (TestMetadataReferencesCSDL checks each against the DMTF bundle).
+var odataTypes = []string{
+	"#ServiceRoot.v1_20_0.ServiceRoot",
+	"#SessionService.v1_2_0.SessionService",
+	"#SessionCollection.SessionCollection",
+	"#Session.v1_8_0.Session",
+	"#AccountService.v1_18_1.AccountService",
+	"#ManagerAccountCollection.ManagerAccountCollection",
+	"#ManagerAccount.v1_14_1.ManagerAccount",
+	"#RoleCollection.RoleCollection",
+	"#Role.v1_3_3.Role",
+	"#ManagerCollection.ManagerCollection",
+	"#Manager.v1_24_0.Manager",
+	"#LogServiceCollection.LogServiceCollection",
+	"#LogService.v1_9_0.LogService",
+	"#LogEntryCollection.LogEntryCollection",
+	"#LogEntry.v1_21_0.LogEntry",
+	"#TaskService.v1_3_0.TaskService",
+	"#TaskCollection.TaskCollection",
+	"#Task.v1_7_4.Task",
+	"#EventService.v1_12_0.EventService",
+	"#EventDestinationCollection.EventDestinationCollection",
+	"#EventDestination.v1_16_0.EventDestination",
+	"#Event.v1_13_0.Event",
+	"#MessageRegistryFileCollection.MessageRegistryFileCollection",
+	"#MessageRegistryFile.v1_1_5.MessageRegistryFile",
+	"#Message.v1_3_0.Message",
+}
+
+// topLevel are ServiceRoot's navigation properties and their URIs; each
+// is linked only when this build serves it.
+var topLevel = []struct{ prop, uri string }{
+	{"AccountService", "/redfish/v1/AccountService"},
+	{"Chassis", "/redfish/v1/Chassis"},
+	{"EventService", eventServiceURI},
+	{"Fabrics", "/redfish/v1/Fabrics"},
+	{"Managers", managersURI},
+	{"Registries", registriesURI},
+	{"SessionService", sessionServiceURI},
+	{"Systems", SystemsURI},
+	{"Tasks", taskServiceURI},
+	{"TelemetryService", "/redfish/v1/TelemetryService"},
+	{"UpdateService", "/redfish/v1/UpdateService"},
+}
+
+func (s *Server) serviceRootRoutes() {
+	s.Handle(http.MethodGet, "/redfish", Public, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, Obj{"v1": "/redfish/v1/"})
+	})
+	s.Handle(http.MethodGet, serviceRootURI, Public, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.serviceRoot())
+	})
+	s.Handle(http.MethodGet, serviceRootURI+"/odata", Public, func(c echo.Context) error {
+		value := []Obj{{"name": "Service", "kind": "Singleton", "url": "/redfish/v1/"}}
+		for _, t := range topLevel {
+			if s.HasRoute(t.uri) {
+				value = append(value, Obj{"name": t.prop, "kind": "Singleton", "url": t.uri})
+			}
+		}
+		return s.WriteResource(c, http.StatusOK, Obj{"@odata.context": "/redfish/v1/$metadata", "value": value})
+	})
+	s.Handle(http.MethodGet, serviceRootURI+"/$metadata", Public, func(c echo.Context) error {
+		return c.Blob(http.StatusOK, "application/xml; charset=utf-8", []byte(metadataXML()))
+	})
+}
+
+func (s *Server) serviceRoot() Obj {
+	o := Obj{
+		"@odata.id":      serviceRootURI,
+		"@odata.type":    "#ServiceRoot.v1_20_0.ServiceRoot",
+		"Id":             "RootService",
+		"Name":           "Root Service",
+		"RedfishVersion": redfishVersion,
+		"UUID":           s.uuid,
+		"Vendor":         "cxlpool",
+		"Product":        "cxlpool CXL memory pool",
+		"ProtocolFeaturesSupported": Obj{
+			"ExpandQuery":          Obj{"ExpandAll": true, "Levels": true, "Links": true, "NoLinks": true, "MaxLevels": 1},
+			"SelectQuery":          true,
+			"TopSkipQuery":         true,
+			"FilterQuery":          false,
+			"OnlyMemberQuery":      false,
+			"ExcerptQuery":         false,
+			"MultipleHTTPRequests": true,
+			"DeepOperations":       Obj{"DeepPATCH": false, "DeepPOST": false},
+		},
+		"Links": Obj{
+			"Sessions":                Link(sessionsURI),
+			"ManagerProvidingService": Link(managerURI),
+		},
+	}
+	for _, t := range topLevel {
+		if s.HasRoute(t.uri) {
+			o[t.prop] = Link(t.uri)
+		}
+	}
+	return o
+}
+
+// metadataXML is the CSDL service document: one edmx:Reference per DMTF
+// schema file the service's types come from.
+func metadataXML() string {
+	includes := map[string][]string{} // file stem → namespaces
+	for _, t := range odataTypes {
+		parts := strings.Split(strings.TrimPrefix(t, "#"), ".")
+		stem := parts[0]
+		if !slices.Contains(includes[stem], stem) {
+			includes[stem] = append(includes[stem], stem)
+		}
+		if len(parts) == 3 {
+			includes[stem] = append(includes[stem], parts[0]+"."+parts[1])
+		}
+	}
+	includes["Resource"] = []string{"Resource", "Resource.v1_0_0"}
+	includes["RedfishExtensions"] = []string{"RedfishExtensions.v1_0_0"}
+	var b strings.Builder
+	b.WriteString(`<?xml version="1.0" encoding="UTF-8"?>` + "\n")
+	b.WriteString(`<edmx:Edmx xmlns:edmx="http://docs.oasis-open.org/odata/ns/edmx" Version="4.0">` + "\n")
+	stems := make([]string, 0, len(includes))
+	for k := range includes {
+		stems = append(stems, k)
+	}
+	slices.Sort(stems)
+	for _, stem := range stems {
+		b.WriteString(`  <edmx:Reference Uri="http://redfish.dmtf.org/schemas/v1/` + stem + `_v1.xml">` + "\n")
+		for _, ns := range includes[stem] {
+			alias := ""
+			if ns == "RedfishExtensions.v1_0_0" {
+				alias = ` Alias="Redfish"`
+			}
+			b.WriteString(`    <edmx:Include Namespace="` + ns + `"` + alias + `/>` + "\n")
+		}
+		b.WriteString("  </edmx:Reference>\n")
+	}
+	b.WriteString(`  <edmx:DataServices>
+    <Schema xmlns="http://docs.oasis-open.org/odata/ns/edm" Namespace="Service">
+      <EntityContainer Name="Service" Extends="ServiceRoot.v1_20_0.ServiceContainer"/>
+    </Schema>
+  </edmx:DataServices>
+</edmx:Edmx>
+`)
+	return b.String()
+}
+
+// --- Registries: the message registries, for clients that look up
+// MessageIds. ---
+
+func (s *Server) registryRoutes() {
+	s.Handle(http.MethodGet, registriesURI, PrivLogin, func(c echo.Context) error {
+		ids := s.reg.IDs()
+		slices.Sort(ids)
+		uris := make([]string, len(ids))
+		for i, id := range ids {
+			uris[i] = registriesURI + "/" + id
+		}
+		return s.WriteCollection(c, Collection{
+			ODataID: registriesURI, ODataType: "#MessageRegistryFileCollection.MessageRegistryFileCollection",
+			Name: "Message Registries", Members: uris,
+			Expand: func(uri string) (any, error) { return registryFile(uri[len(registriesURI)+1:]), nil },
+		})
+	})
+	s.Handle(http.MethodGet, registriesURI+"/:id", PrivLogin, func(c echo.Context) error {
+		id := c.Param("id")
+		if _, ok := s.reg.File(id); !ok {
+			return ErrResourceNotFound("MessageRegistryFile", id)
+		}
+		return s.WriteResource(c, http.StatusOK, registryFile(id))
+	})
+	s.Handle(http.MethodGet, registriesURI+"/:id/:file", PrivLogin, func(c echo.Context) error {
+		id := c.Param("id")
+		b, ok := s.reg.File(id)
+		if !ok || c.Param("file") != id+".json" {
+			return ErrResourceNotFound("MessageRegistry", id)
+		}
+		return s.writeJSON(c, http.StatusOK, b)
+	})
+}
+
+func registryFile(id string) Obj {
+	prefix, rest, _ := strings.Cut(id, ".")
+	v := strings.Split(rest, ".")
+	registry := id
+	if len(v) >= 2 {
+		registry = prefix + "." + v[0] + "." + v[1]
+	}
+	return Obj{
+		"@odata.id":   registriesURI + "/" + id,
+		"@odata.type": "#MessageRegistryFile.v1_1_5.MessageRegistryFile",
+		"Id":          id,
+		"Name":        prefix + " Message Registry File",
+		"Registry":    registry,
+		"Languages":   []string{"en"},
+		"Location": []Obj{{
+			"Language":       "en",
+			"Uri":            registriesURI + "/" + id + "/" + id + ".json",
+			"PublicationUri": "https://redfish.dmtf.org/registries/" + id + ".json",
+		}},
+	}
+}

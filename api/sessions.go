@@ -1,0 +1,175 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/labstack/echo/v4"
+)
+
+const (
+	sessionServiceURI = "/redfish/v1/SessionService"
+	sessionsURI       = sessionServiceURI + "/Sessions"
+
+	// SessionTimeout bounds from the SessionService schema.
+	minSessionTimeout = 30
+	maxSessionTimeout = 86400
+)
+
+type sessionCreate struct {
+	UserName string `json:"UserName" rf:"required"`
+	Password string `json:"Password" rf:"required"`
+	Context  string `json:"Context"`
+}
+
+type sessionServicePatch struct {
+	SessionTimeout *int   `json:"SessionTimeout"`
+	ServiceEnabled *bool  `json:"ServiceEnabled" rf:"readonly"`
+	ID             string `json:"Id" rf:"readonly"`
+	Name           string `json:"Name" rf:"readonly"`
+}
+
+func (s *Server) sessionRoutes() {
+	s.Handle(http.MethodGet, sessionServiceURI, PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.sessionService())
+	})
+	s.Handle(http.MethodPatch, sessionServiceURI, PrivConfigureManager, s.patchSessionService)
+	s.Handle(http.MethodGet, sessionsURI, PrivLogin, func(c echo.Context) error {
+		p := PrincipalOf(c)
+		var uris []string
+		byURI := map[string]session{}
+		for _, sess := range s.auth.listSessions() {
+			if s.canSeeSession(p, sess) {
+				u := sessionsURI + "/" + sess.ID
+				uris = append(uris, u)
+				byURI[u] = sess
+			}
+		}
+		return s.WriteCollection(c, Collection{ODataID: sessionsURI, ODataType: "#SessionCollection.SessionCollection",
+			Name: "Session Collection", Members: uris,
+			Expand: func(uri string) (any, error) { return s.sessionBody(byURI[uri]), nil }})
+	})
+	s.Handle(http.MethodPost, sessionsURI, Public, s.login)
+	s.Handle(http.MethodGet, sessionsURI+"/:id", PrivLogin, func(c echo.Context) error {
+		sess, err := s.findSession(c)
+		if err != nil {
+			return err
+		}
+		return s.WriteResource(c, http.StatusOK, s.sessionBody(sess))
+	})
+	s.Handle(http.MethodDelete, sessionsURI+"/:id", PrivConfigureSelf|PrivConfigureManager, func(c echo.Context) error {
+		sess, err := s.findSession(c)
+		if err != nil {
+			return err
+		}
+		p := PrincipalOf(c)
+		if strconv.FormatInt(sess.AccountID, 10) != p.AccountID && !p.Has(PrivConfigureManager) {
+			return ErrInsufficientPrivilege()
+		}
+		if err := s.IfMatch(c, s.sessionBody(sess)); err != nil {
+			return err
+		}
+		s.auth.deleteSession(sess.ID)
+		return s.NoContent(c)
+	})
+}
+
+// canSeeSession: administrators see every session, others their own.
+func (s *Server) canSeeSession(p *Principal, sess session) bool {
+	return p.Has(PrivConfigureManager|PrivConfigureUsers) || strconv.FormatInt(sess.AccountID, 10) == p.AccountID
+}
+
+func (s *Server) findSession(c echo.Context) (session, error) {
+	sess, ok := s.auth.session(c.Param("id"))
+	if !ok || !s.canSeeSession(PrincipalOf(c), sess) {
+		return session{}, ErrResourceNotFound("Session", c.Param("id"))
+	}
+	return sess, nil
+}
+
+// login creates a session: 201 with X-Auth-Token and Location. Failures
+// are all 401 NoValidSession, whatever went wrong (unknown user, wrong
+// password, disabled or locked account).
+func (s *Server) login(c echo.Context) error {
+	var req sessionCreate
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	c.Set(auditUserKey, req.UserName)
+	sess, tok, err := s.auth.createSession(req.UserName, req.Password, c.RealIP(), req.Context)
+	if errors.Is(err, errSessionLimit) {
+		return NewError(http.StatusServiceUnavailable, M("Base.SessionLimitExceeded")).WithHeader("Retry-After", "60")
+	}
+	if err != nil {
+		return ErrNoValidSession().WithCause(err)
+	}
+	if acct, ok := s.store.Account(sess.AccountID); ok {
+		c.Set(principalKey, s.auth.principal(acct, sess.ID))
+	}
+	c.Response().Header().Set("X-Auth-Token", tok)
+	return s.WriteCreated(c, sessionsURI+"/"+sess.ID, s.sessionBody(*sess))
+}
+
+func (s *Server) sessionBody(sess session) Obj {
+	user := ""
+	if acct, ok := s.store.Account(sess.AccountID); ok {
+		user = acct.UserName
+	}
+	o := Obj{
+		"@odata.id":   sessionsURI + "/" + sess.ID,
+		"@odata.type": "#Session.v1_8_0.Session",
+		"Id":          sess.ID,
+		"Name":        "User Session",
+		"UserName":    user,
+		"Password":    nil,
+		"SessionType": "Redfish",
+		"CreatedTime": sess.Created.Format(timeFormat),
+	}
+	if sess.Client != "" {
+		o["ClientOriginIPAddress"] = sess.Client
+	}
+	if sess.Context != "" {
+		o["Context"] = sess.Context
+	}
+	return o
+}
+
+func (s *Server) sessionService() Obj {
+	timeout, _, _ := s.auth.policy()
+	return Obj{
+		"@odata.id":      sessionServiceURI,
+		"@odata.type":    "#SessionService.v1_2_0.SessionService",
+		"Id":             "SessionService",
+		"Name":           "Session Service",
+		"Description":    "Redfish login sessions",
+		"ServiceEnabled": true,
+		"SessionTimeout": int(timeout / time.Second),
+		"Sessions":       Link(sessionsURI),
+		"Status":         Obj{"State": "Enabled", "Health": "OK"},
+	}
+}
+
+func (s *Server) patchSessionService(c echo.Context) error {
+	var req sessionServicePatch
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	if err := s.IfMatch(c, s.sessionService()); err != nil {
+		return err
+	}
+	if req.SessionTimeout != nil {
+		n := *req.SessionTimeout
+		if n < minSessionTimeout || n > maxSessionTimeout {
+			return ErrPropertyValueOutOfRange(strconv.Itoa(n), "SessionTimeout")
+		}
+		if err := s.store.SetSettings(c.Request().Context(), map[string]string{settingSessionTimeout: strconv.Itoa(n)}); err != nil {
+			return ErrInternal(err)
+		}
+		d := time.Duration(n) * time.Second
+		s.auth.setPolicy(&d, nil, nil)
+		s.Publish(Event{MessageKey: MsgResourceChanged, Origin: sessionServiceURI})
+	}
+	return s.WriteResource(c, http.StatusOK, s.sessionService())
+}
