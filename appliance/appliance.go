@@ -57,7 +57,7 @@ type Config struct {
 type Appliance struct {
 	cfg     Config
 	Box     *sim.Box // the in-process virtual box, nil for a real device
-	Device  *fm.Client
+	Device  fabric.Device
 	Ledger  *sqlite.Ledger
 	Manager *dcd.Manager
 	closers []func() error
@@ -95,10 +95,6 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	a.Ledger = led
 	a.closers = append(a.closers, led.Close)
 
-	rw, err := a.dial(ctx)
-	if err != nil {
-		return nil, err
-	}
 	fcfg := cfg.FM
 	if fcfg.Logger == nil {
 		fcfg.Logger = cfg.Logger.With("component", "fm")
@@ -106,11 +102,23 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if fcfg.Clock == nil {
 		fcfg.Clock = cfg.Clock
 	}
-	link := serial.NewLink(rw, serial.LinkConfig{Logger: cfg.Logger})
-	dev, err := fm.Open(ctx, link, fcfg)
-	if err != nil {
-		link.Close()
-		return nil, fmt.Errorf("appliance: device %s: %w", cfg.Device, err)
+	var dev fabric.Device
+	if cfg.Device == DeviceSim {
+		rw, err := a.startSim(ctx)
+		if err != nil {
+			return nil, err
+		}
+		link := serial.NewLink(rw, serial.LinkConfig{Logger: cfg.Logger})
+		if dev, err = fm.Open(ctx, link, fcfg); err != nil {
+			link.Close()
+			return nil, fmt.Errorf("appliance: virtual box: %w", err)
+		}
+	} else {
+		// A real link can drop and come back: keep redialing it.
+		dial := func(ctx context.Context) (io.ReadWriteCloser, error) { return serial.Dial(ctx, cfg.Device) }
+		if dev, err = openRedial(ctx, dial, fcfg, cfg.Logger.With("component", "link")); err != nil {
+			return nil, fmt.Errorf("appliance: device %s: %w", cfg.Device, err)
+		}
 	}
 	a.Device = dev
 	a.closers = append(a.closers, dev.Close)
@@ -124,18 +132,11 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	return a, nil
 }
 
-// dial returns the byte stream that carries DSP0253 frames to the device.
-// For the virtual box it is one end of a socketpair whose other end the
-// box serves, so the daemon speaks exactly the bytes it would speak to
-// hardware.
-func (a *Appliance) dial(ctx context.Context) (io.ReadWriteCloser, error) {
-	if a.cfg.Device != DeviceSim {
-		rw, err := serial.Dial(ctx, a.cfg.Device)
-		if err != nil {
-			return nil, fmt.Errorf("appliance: device %s: %w", a.cfg.Device, err)
-		}
-		return rw, nil
-	}
+// startSim starts the in-process virtual box and returns the byte stream
+// that carries DSP0253 frames to it: one end of a socketpair whose other
+// end the box serves, so the daemon speaks exactly the bytes it would
+// speak to hardware.
+func (a *Appliance) startSim(ctx context.Context) (io.ReadWriteCloser, error) {
 	scfg := a.cfg.Sim
 	if scfg.Logger == nil {
 		scfg.Logger = a.cfg.Logger.With("component", "sim")
