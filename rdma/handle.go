@@ -1,0 +1,274 @@
+package rdma
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"cxlpool/fabric/cci"
+)
+
+// gate counts the accesses in flight on one export and, once revoked,
+// refuses new ones and tells when the last one has left. It is an epoch
+// counter rather than a sync.RWMutex because one transport goroutine may
+// hold several accesses to the same export at once (pipelined zero-copy
+// responses waiting for one writev); a read lock taken twice deadlocks as
+// soon as a writer queues between the two.
+type gate struct {
+	state   atomic.Int64 // in-flight count | gateRevoked
+	once    sync.Once
+	drained chan struct{}
+}
+
+const gateRevoked = 1 << 62
+
+func (g *gate) enter() bool {
+	if g.state.Add(1)&gateRevoked != 0 {
+		g.exit()
+		return false
+	}
+	return true
+}
+
+func (g *gate) exit() {
+	if g.state.Add(-1) == gateRevoked {
+		g.once.Do(func() { close(g.drained) })
+	}
+}
+
+// close refuses new accesses; drained is closed once none is in flight.
+func (g *gate) close() {
+	for {
+		old := g.state.Load()
+		if old&gateRevoked != 0 {
+			return
+		}
+		if g.state.CompareAndSwap(old, old|gateRevoked) {
+			if old == 0 {
+				g.once.Do(func() { close(g.drained) })
+			}
+			return
+		}
+	}
+}
+
+// segment is one device extent's part of an export, mapped.
+type segment struct {
+	off uint64 // export offset of b[0]
+	b   []byte
+}
+
+// Handle is a live export as transports see it: its bytes, mapped, behind
+// the checks every access must pass. Methods are safe for concurrent use.
+type Handle struct {
+	exp     Export // Token zeroed
+	token   Token
+	extents []cci.Extent // the device extents behind the export, in export order
+	segs    []segment
+	size    uint64
+	expiry  int64 // unix ns; 0: never
+	clock   func() time.Time
+
+	g      gate
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// newHandle maps exp's part of extents (already in export order).
+func newHandle(exp Export, extents []cci.Extent, mem Memory, clock func() time.Time) (*Handle, error) {
+	h := &Handle{exp: exp, token: exp.Token, extents: extents, size: exp.Length, clock: clock}
+	h.exp.Token = Token{}
+	if !exp.Expiry.IsZero() {
+		h.expiry = exp.Expiry.UnixNano()
+	}
+	skip, left := exp.Offset, exp.Length
+	var off uint64
+	for _, e := range extents {
+		if left == 0 {
+			break
+		}
+		if skip >= e.Length {
+			skip -= e.Length
+			continue
+		}
+		n := min(e.Length-skip, left)
+		b, err := mem.Bytes(e.DPA+skip, n)
+		if err != nil {
+			return nil, fmt.Errorf("rdma: map extent %#x+%#x: %w", e.DPA, e.Length, err)
+		}
+		h.segs = append(h.segs, segment{off: off, b: b})
+		off += n
+		left -= n
+		skip = 0
+	}
+	if left != 0 {
+		return nil, fmt.Errorf("rdma: export %#x+%#x beyond the chunk's %#x bytes: %w",
+			exp.Offset, exp.Length, exp.Offset+exp.Length-left, ErrInvalid)
+	}
+	h.g.drained = make(chan struct{})
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h, nil
+}
+
+// Export describes the export (with its token zeroed).
+func (h *Handle) Export() Export { return h.exp }
+
+// Size is the export's length in bytes.
+func (h *Handle) Size() uint64 { return h.size }
+
+// Perms is what the export allows.
+func (h *Handle) Perms() Perm { return h.exp.Perms }
+
+// Context is cancelled when revocation starts. A transport blocked in I/O
+// while it holds a pinned access (a writev from, or a read into, mapped
+// memory) uses it to abort that I/O, so that Revoke never waits on a slow
+// peer.
+func (h *Handle) Context() context.Context { return h.ctx }
+
+// Regions returns the mapped bytes of the whole export, in order, for a
+// transport that registers them with hardware (rdma/verbs). A transport
+// that hands them to hardware must stop that access itself when Context
+// is cancelled, before Unpin.
+func (h *Handle) Regions() [][]byte {
+	out := make([][]byte, len(h.segs))
+	for i, s := range h.segs {
+		out[i] = s.b
+	}
+	return out
+}
+
+// Pin checks an access of n bytes at export offset off that needs perm,
+// and appends the mapped slices it covers to dst (more than one when the
+// range spans device extents). Until Unpin the bytes stay the export's:
+// Revoke waits for them. Every successful Pin needs exactly one Unpin.
+func (h *Handle) Pin(dst [][]byte, off, n uint64, perm Perm) ([][]byte, error) {
+	if !h.exp.Perms.Has(perm) {
+		return dst, ErrPerm
+	}
+	if off > h.size || n > h.size-off {
+		return dst, ErrRange
+	}
+	if !h.g.enter() {
+		return dst, ErrRevoked
+	}
+	if h.expiry != 0 && h.clock().UnixNano() >= h.expiry {
+		h.g.exit()
+		return dst, ErrRevoked
+	}
+	if n == 0 {
+		return dst, nil
+	}
+	i := 0
+	if len(h.segs) > 1 {
+		i = sort.Search(len(h.segs), func(i int) bool { return h.segs[i].off+uint64(len(h.segs[i].b)) > off })
+	}
+	for ; n > 0; i++ {
+		s := h.segs[i]
+		o := off - s.off
+		k := min(uint64(len(s.b))-o, n)
+		dst = append(dst, s.b[o:o+k:o+k])
+		off += k
+		n -= k
+	}
+	return dst, nil
+}
+
+// Unpin ends an access begun by a successful Pin.
+func (h *Handle) Unpin() { h.g.exit() }
+
+// ReadAt copies len(p) bytes at export offset off into p.
+func (h *Handle) ReadAt(p []byte, off uint64) error {
+	var arr [4][]byte
+	segs, err := h.Pin(arr[:0], off, uint64(len(p)), PermRead)
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		p = p[copy(p, s):]
+	}
+	h.Unpin()
+	return nil
+}
+
+// WriteAt copies p to export offset off. The bytes are in device memory
+// when it returns.
+func (h *Handle) WriteAt(p []byte, off uint64) error {
+	var arr [4][]byte
+	segs, err := h.Pin(arr[:0], off, uint64(len(p)), PermWrite)
+	if err != nil {
+		return err
+	}
+	for _, s := range segs {
+		p = p[copy(s, p):]
+	}
+	h.Unpin()
+	return nil
+}
+
+// word pins the 8-byte word at off for an atomic.
+func (h *Handle) word(off uint64) (*uint64, error) {
+	var arr [1][]byte
+	segs, err := h.Pin(arr[:0], off, 8, PermReadWrite)
+	if err != nil {
+		return nil, err
+	}
+	// Extents are block aligned, so a word never spans two; the check is
+	// on the address because that is what the CPU's atomics need.
+	if len(segs) != 1 || uintptr(unsafe.Pointer(&segs[0][0]))%8 != 0 {
+		h.Unpin()
+		return nil, ErrAlign
+	}
+	return (*uint64)(unsafe.Pointer(&segs[0][0])), nil
+}
+
+// CompareAndSwap stores swap in the 8-byte word at off if it holds
+// compare, and returns the word's previous value either way (the swap
+// happened iff the result equals compare). Words are in host byte order,
+// little-endian on every platform the box runs on.
+func (h *Handle) CompareAndSwap(off, compare, swap uint64) (uint64, error) {
+	p, err := h.word(off)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Unpin()
+	for {
+		cur := atomic.LoadUint64(p)
+		if cur != compare {
+			return cur, nil
+		}
+		if atomic.CompareAndSwapUint64(p, compare, swap) {
+			return compare, nil
+		}
+	}
+}
+
+// FetchAdd adds delta to the 8-byte word at off (wrapping) and returns its
+// previous value.
+func (h *Handle) FetchAdd(off, delta uint64) (uint64, error) {
+	p, err := h.word(off)
+	if err != nil {
+		return 0, err
+	}
+	defer h.Unpin()
+	return atomic.AddUint64(p, delta) - delta, nil
+}
+
+// revoke refuses new accesses and waits (until ctx ends) for pinned ones
+// to drain. It is idempotent.
+func (h *Handle) revoke(ctx context.Context) error {
+	h.cancel()
+	h.g.close()
+	select {
+	case <-h.g.drained:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("rdma: revoke %s: accesses still in flight: %w", h.exp.ID, ctx.Err())
+	}
+}
+
+// Revoked reports whether revocation has started.
+func (h *Handle) Revoked() bool { return h.ctx.Err() != nil }

@@ -1,0 +1,462 @@
+package rdma
+
+import (
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric/cci"
+)
+
+// Ledger is what the Service reads from the capacity ledger: a chunk and
+// its grants. dcd.Ledger satisfies it.
+type Ledger interface {
+	Chunk(ctx context.Context, id dcd.ChunkID) (dcd.Chunk, error)
+	Grant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error)
+	Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, error)
+}
+
+// Authenticator opens exports for transports.
+type Authenticator interface {
+	// Authenticate returns the live export id if tok is its token. It
+	// answers ErrDenied, after the same work, whether the export does not
+	// exist, the token is wrong, or the export is revoked or expired.
+	Authenticate(id ExportID, tok Token) (*Handle, error)
+}
+
+// Config holds the Service's dependencies.
+type Config struct {
+	Ledger Ledger
+	Memory Memory
+	Logger *slog.Logger
+	Clock  func() time.Time
+	// Rand is the source of export IDs and tokens (crypto/rand if nil).
+	Rand io.Reader
+	// SweepInterval is how often Run re-checks every export against the
+	// ledger and revokes expired ones; change notifications do most of
+	// the work, the sweep covers notifications a busy subscriber lost.
+	SweepInterval time.Duration
+	// MaxExports bounds the live exports (default 4096).
+	MaxExports int
+	// DrainTimeout bounds how long a revocation driven by the ledger
+	// waits for in-flight accesses (default 10 s); the export refuses new
+	// ones at once either way.
+	DrainTimeout time.Duration
+}
+
+// Service is the registry of exports. It creates them against the ledger,
+// authenticates transports, and revokes exports whose chunk no longer
+// holds the same capacity on the device. Methods are safe for concurrent
+// use.
+type Service struct {
+	cfg Config
+	log *slog.Logger
+
+	// decoy is compared against when a presented export does not exist,
+	// so refusals cost the same whether or not it does.
+	decoy Token
+
+	mu      sync.RWMutex
+	exports map[ExportID]*Handle
+	byChunk map[dcd.ChunkID]map[ExportID]*Handle
+	closed  bool
+}
+
+// NewService returns a Service; call Run to keep it consistent with the
+// ledger.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Ledger == nil || cfg.Memory == nil {
+		return nil, errors.New("rdma: service needs a ledger and a memory")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	if cfg.Rand == nil {
+		cfg.Rand = rand.Reader
+	}
+	if cfg.SweepInterval <= 0 {
+		cfg.SweepInterval = time.Second
+	}
+	if cfg.MaxExports <= 0 {
+		cfg.MaxExports = 4096
+	}
+	if cfg.DrainTimeout <= 0 {
+		cfg.DrainTimeout = 10 * time.Second
+	}
+	s := &Service{cfg: cfg, log: cfg.Logger, exports: map[ExportID]*Handle{}, byChunk: map[dcd.ChunkID]map[ExportID]*Handle{}}
+	if _, err := io.ReadFull(cfg.Rand, s.decoy[:]); err != nil {
+		return nil, fmt.Errorf("rdma: random: %w", err)
+	}
+	return s, nil
+}
+
+// Create exports part of a chunk to a client and returns the export with
+// its token (the only time the token is shown). The chunk must hold
+// capacity on the device, that is be granted to at least one host.
+func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
+	now := s.cfg.Clock()
+	if err := validClient(r.Client); err != nil {
+		return Export{}, err
+	}
+	if !r.Perms.Valid() {
+		return Export{}, fmt.Errorf("rdma: permissions %s: %w", r.Perms, ErrInvalid)
+	}
+	if !r.Expiry.IsZero() && !r.Expiry.After(now) {
+		return Export{}, fmt.Errorf("rdma: expiry %s is not in the future: %w", r.Expiry.Format(time.RFC3339), ErrInvalid)
+	}
+	extents, err := s.chunkExtents(ctx, r.Chunk)
+	if err != nil {
+		return Export{}, err
+	}
+	var total uint64
+	for _, e := range extents {
+		total += e.Length
+	}
+	if r.Offset >= total || r.Length > total-r.Offset {
+		return Export{}, fmt.Errorf("rdma: %#x bytes at %#x outside chunk %d's %#x bytes: %w", r.Length, r.Offset, r.Chunk, total, ErrInvalid)
+	}
+	if r.Length == 0 {
+		r.Length = total - r.Offset
+	}
+	exp := Export{Chunk: r.Chunk, Client: r.Client, Perms: r.Perms, Offset: r.Offset, Length: r.Length,
+		Expiry: r.Expiry, Created: now}
+	var id [8]byte
+	if _, err := io.ReadFull(s.cfg.Rand, id[:]); err != nil {
+		return Export{}, fmt.Errorf("rdma: random: %w", err)
+	}
+	if _, err := io.ReadFull(s.cfg.Rand, exp.Token[:]); err != nil {
+		return Export{}, fmt.Errorf("rdma: random: %w", err)
+	}
+	exp.ID = ExportID(hex.EncodeToString(id[:]))
+	h, err := newHandle(exp, extents, s.cfg.Memory, s.cfg.Clock)
+	if err != nil {
+		return Export{}, err
+	}
+	s.mu.Lock()
+	switch {
+	case s.closed:
+		err = fmt.Errorf("rdma: service closed: %w", ErrInvalid)
+	case len(s.exports) >= s.cfg.MaxExports:
+		err = ErrTooMany
+	case s.exports[exp.ID] != nil:
+		err = fmt.Errorf("rdma: export ID collision, retry: %w", dcd.ErrConflict)
+	default:
+		s.exports[exp.ID] = h
+		if s.byChunk[exp.Chunk] == nil {
+			s.byChunk[exp.Chunk] = map[ExportID]*Handle{}
+		}
+		s.byChunk[exp.Chunk][exp.ID] = h
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return Export{}, err
+	}
+	// A release may have been recorded between reading the grants and
+	// registering the export, and its notification already handled:
+	// check again now that a notification would find the export.
+	if err := s.check(ctx, exp.Chunk); err != nil || h.Revoked() {
+		_ = s.Revoke(context.WithoutCancel(ctx), exp.ID)
+		if err == nil {
+			err = ErrNoExtents
+		}
+		return Export{}, fmt.Errorf("rdma: export chunk %d: %w", exp.Chunk, err)
+	}
+	s.log.Info("export created", "export", exp.ID, "chunk", exp.Chunk, "client", exp.Client,
+		"perms", exp.Perms.String(), "offset", exp.Offset, "bytes", exp.Length)
+	return exp, nil
+}
+
+func validClient(c string) error {
+	if c == "" || len(c) > 128 || strings.IndexFunc(c, func(r rune) bool { return !unicode.IsPrint(r) }) >= 0 {
+		return fmt.Errorf("rdma: client name must be 1–128 printable characters: %w", ErrInvalid)
+	}
+	return nil
+}
+
+// chunkExtents is the chunk's capacity on the device as the ledger knows
+// it: the extents of its granted grants (shared grants name the same
+// extents), ordered by shared sequence, then DPA.
+func (s *Service) chunkExtents(ctx context.Context, id dcd.ChunkID) ([]cci.Extent, error) {
+	if _, err := s.cfg.Ledger.Chunk(ctx, id); err != nil {
+		return nil, fmt.Errorf("rdma: chunk %d: %w", id, err)
+	}
+	grants, err := s.cfg.Ledger.Grants(ctx, dcd.GrantFilter{Chunk: id, Active: true})
+	if err != nil {
+		return nil, fmt.Errorf("rdma: chunk %d grants: %w", id, err)
+	}
+	seen := map[uint64]bool{}
+	var out []cci.Extent
+	for _, g := range grants {
+		if g.State != dcd.GrantGranted {
+			continue
+		}
+		for _, e := range g.Extents {
+			if e.Length > 0 && !seen[e.DPA] {
+				seen[e.DPA] = true
+				out = append(out, e)
+			}
+		}
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("rdma: chunk %d: %w", id, ErrNoExtents)
+	}
+	slices.SortFunc(out, func(a, b cci.Extent) int {
+		return cmp.Or(cmp.Compare(a.SharedSeq, b.SharedSeq), cmp.Compare(a.DPA, b.DPA))
+	})
+	return out, nil
+}
+
+// Authenticate implements Authenticator.
+func (s *Service) Authenticate(id ExportID, tok Token) (*Handle, error) {
+	s.mu.RLock()
+	h := s.exports[id]
+	s.mu.RUnlock()
+	want := s.decoy
+	if h != nil {
+		want = h.token
+	}
+	ok := want.Equal(tok)
+	if h == nil || !ok || h.Revoked() || (h.expiry != 0 && s.cfg.Clock().UnixNano() >= h.expiry) {
+		return nil, ErrDenied
+	}
+	return h, nil
+}
+
+// Get returns one export, token zeroed.
+func (s *Service) Get(id ExportID) (Export, error) {
+	s.mu.RLock()
+	h := s.exports[id]
+	s.mu.RUnlock()
+	if h == nil {
+		return Export{}, fmt.Errorf("rdma: %s: %w", id, ErrNotFound)
+	}
+	return h.Export(), nil
+}
+
+// List returns the live exports, tokens zeroed, oldest first.
+func (s *Service) List() []Export {
+	s.mu.RLock()
+	out := make([]Export, 0, len(s.exports))
+	for _, h := range s.exports {
+		out = append(out, h.Export())
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Export) int {
+		return cmp.Or(a.Created.Compare(b.Created), cmp.Compare(a.ID, b.ID))
+	})
+	return out
+}
+
+// Revoke ends an export: new operations fail at once (ErrDenied for a new
+// session, ErrRevoked for an open one), and Revoke returns once the
+// operations in flight have drained (or ctx ends; the export is revoked
+// either way). After a nil return nothing reads or writes its memory.
+func (s *Service) Revoke(ctx context.Context, id ExportID) error {
+	h := s.remove(id)
+	if h == nil {
+		return fmt.Errorf("rdma: %s: %w", id, ErrNotFound)
+	}
+	s.log.Info("export revoked", "export", id, "chunk", h.exp.Chunk)
+	return h.revoke(ctx)
+}
+
+func (s *Service) remove(id ExportID) *Handle {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	h := s.exports[id]
+	if h == nil {
+		return nil
+	}
+	delete(s.exports, id)
+	if m := s.byChunk[h.exp.Chunk]; m != nil {
+		delete(m, id)
+		if len(m) == 0 {
+			delete(s.byChunk, h.exp.Chunk)
+		}
+	}
+	return h
+}
+
+// RevokeChunk revokes every export of a chunk and returns how many there
+// were.
+func (s *Service) RevokeChunk(ctx context.Context, chunk dcd.ChunkID) (int, error) {
+	s.mu.RLock()
+	var ids []ExportID
+	for id := range s.byChunk[chunk] {
+		ids = append(ids, id)
+	}
+	s.mu.RUnlock()
+	var errs []error
+	n := 0
+	for _, id := range ids {
+		err := s.Revoke(ctx, id)
+		if errors.Is(err, ErrNotFound) {
+			continue // revoked concurrently
+		}
+		n++
+		errs = append(errs, err)
+	}
+	return n, errors.Join(errs...)
+}
+
+// BeforeRelease revokes the exports that would lose their memory if grant
+// were released: all of its chunk's exports when no other granted grant of
+// the chunk keeps the capacity on the device. Call it before
+// dcd.Manager.BeginRelease: then no export can reach the capacity after
+// the device sanitizes it and hands it to someone else. (Run revokes on
+// the release notification too, but that races with the device.)
+func (s *Service) BeforeRelease(ctx context.Context, grant dcd.GrantID) error {
+	g, err := s.cfg.Ledger.Grant(ctx, grant)
+	if err != nil {
+		return fmt.Errorf("rdma: grant %d: %w", grant, err)
+	}
+	s.mu.RLock()
+	n := len(s.byChunk[g.Chunk])
+	s.mu.RUnlock()
+	if n == 0 {
+		return nil
+	}
+	others, err := s.cfg.Ledger.Grants(ctx, dcd.GrantFilter{Chunk: g.Chunk, Active: true})
+	if err != nil {
+		return fmt.Errorf("rdma: chunk %d grants: %w", g.Chunk, err)
+	}
+	for _, o := range others {
+		if o.ID != g.ID && o.State == dcd.GrantGranted {
+			return nil
+		}
+	}
+	_, err = s.RevokeChunk(ctx, g.Chunk)
+	return err
+}
+
+// check revokes the chunk's exports whose device extents changed or went
+// away. A ledger error other than not-found keeps them: it says nothing
+// about the device.
+func (s *Service) check(ctx context.Context, chunk dcd.ChunkID) error {
+	s.mu.RLock()
+	var hs []*Handle
+	for _, h := range s.byChunk[chunk] {
+		hs = append(hs, h)
+	}
+	s.mu.RUnlock()
+	if len(hs) == 0 {
+		return nil
+	}
+	extents, err := s.chunkExtents(ctx, chunk)
+	gone := errors.Is(err, dcd.ErrNotFound) || errors.Is(err, ErrNoExtents)
+	if err != nil && !gone {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DrainTimeout)
+	defer cancel()
+	var errs []error
+	for _, h := range hs {
+		if gone || !sameExtents(h.extents, extents) {
+			s.log.Info("chunk capacity changed on the device; revoking export", "export", h.exp.ID, "chunk", chunk)
+			if err := s.Revoke(dctx, h.exp.ID); err != nil && !errors.Is(err, ErrNotFound) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func sameExtents(a, b []cci.Extent) bool {
+	return slices.EqualFunc(a, b, func(x, y cci.Extent) bool { return x.DPA == y.DPA && x.Length == y.Length })
+}
+
+// Sweep re-checks every export against the ledger and revokes expired
+// ones.
+func (s *Service) Sweep(ctx context.Context) error {
+	now := s.cfg.Clock().UnixNano()
+	s.mu.RLock()
+	var chunks []dcd.ChunkID
+	for c := range s.byChunk {
+		chunks = append(chunks, c)
+	}
+	var expired []ExportID
+	for id, h := range s.exports {
+		if h.expiry != 0 && now >= h.expiry {
+			expired = append(expired, id)
+		}
+	}
+	s.mu.RUnlock()
+	var errs []error
+	for _, id := range expired {
+		s.log.Info("export expired", "export", id)
+		if err := s.Revoke(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	for _, c := range chunks {
+		errs = append(errs, s.check(ctx, c))
+	}
+	return errors.Join(errs...)
+}
+
+// Run keeps the exports consistent with the ledger until ctx ends or
+// changes is closed: each chunk or grant change re-checks that chunk's
+// exports (so releasing or deleting a chunk revokes them), a device change
+// re-checks all, and a periodic sweep catches lost notifications and
+// expiries. Pass a subscription: ch, cancel := manager.Subscribe(256).
+func (s *Service) Run(ctx context.Context, changes <-chan dcd.Change) {
+	t := time.NewTicker(s.cfg.SweepInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case c, ok := <-changes:
+			if !ok {
+				return
+			}
+			var err error
+			switch c.Kind {
+			case dcd.ChangeChunk, dcd.ChangeGrant:
+				err = s.check(ctx, c.Chunk)
+			case dcd.ChangeDevice:
+				err = s.Sweep(ctx)
+			}
+			if err != nil && ctx.Err() == nil {
+				s.log.Warn("checking exports after a change", "kind", c.Kind, "chunk", c.Chunk, "err", err)
+			}
+		case <-t.C:
+			if err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.log.Warn("sweeping exports", "err", err)
+			}
+		}
+	}
+}
+
+// Close revokes every export and refuses new ones; call it before closing
+// the Memory.
+func (s *Service) Close(ctx context.Context) error {
+	s.mu.Lock()
+	s.closed = true
+	var ids []ExportID
+	for id := range s.exports {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	var errs []error
+	for _, id := range ids {
+		if err := s.Revoke(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
