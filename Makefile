@@ -2,6 +2,7 @@
 GO      ?= go
 DATA    ?= ./var
 LISTEN  ?= 127.0.0.1:8443
+EXPORT_LISTEN ?= 127.0.0.1:7700
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
@@ -14,7 +15,7 @@ build:
 
 # The daemon on the built-in simulated box; data (SQLite inventory, keys) under $(DATA).
 run: build
-	$(BIN)/cxlpoold --device sim --data $(DATA) --listen $(LISTEN)
+	$(BIN)/cxlpoold --device sim --data $(DATA) --listen $(LISTEN) --export-listen $(EXPORT_LISTEN)
 
 # Every test, with the race detector.
 test:

@@ -23,6 +23,9 @@ import (
 	"cxlpool/fabric/fm"
 	"cxlpool/fabric/serial"
 	"cxlpool/internal/bytesize"
+	"cxlpool/rdma"
+	"cxlpool/rdma/dax"
+	"cxlpool/rdma/tcp"
 	"cxlpool/sim"
 )
 
@@ -51,6 +54,12 @@ type Config struct {
 	AddTimeout, ReleaseTimeout time.Duration
 	// Synchronous is the ledger's SQLite durability level ("FULL").
 	Synchronous string
+	// ExportListen is where remote racks reach exported pool memory
+	// (one-sided READ/WRITE over TCP); empty disables the export server.
+	ExportListen string
+	// DAXPath maps the pool for exports on hardware (a /dev/daxX.Y
+	// device); the virtual box's memory is mapped directly.
+	DAXPath string
 }
 
 // Appliance is a running daemon's parts.
@@ -60,7 +69,12 @@ type Appliance struct {
 	Device  fabric.Device
 	Ledger  *sqlite.Ledger
 	Manager *dcd.Manager
-	closers []func() error
+	// Exports serves pool memory to remote racks; nil when the pool's
+	// memory cannot be mapped here (a real device without DAXPath).
+	Exports *rdma.Service
+	// ExportAddr is the export server's address once started.
+	ExportAddr net.Addr
+	closers    []func() error
 }
 
 // Open connects to the device and opens the ledger. On error nothing is
@@ -123,8 +137,15 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	a.Device = dev
 	a.closers = append(a.closers, dev.Close)
 
-	mgr, err := dcd.NewManager(dcd.Config{Ledger: led, Device: dev, Logger: cfg.Logger.With("component", "dcd"),
-		Clock: cfg.Clock, AddTimeout: cfg.AddTimeout, ReleaseTimeout: cfg.ReleaseTimeout})
+	if err := a.openExports(); err != nil {
+		return nil, err
+	}
+	dcfg := dcd.Config{Ledger: led, Device: dev, Logger: cfg.Logger.With("component", "dcd"),
+		Clock: cfg.Clock, AddTimeout: cfg.AddTimeout, ReleaseTimeout: cfg.ReleaseTimeout}
+	if a.Exports != nil {
+		dcfg.BeforeRelease = a.Exports.BeforeRelease
+	}
+	mgr, err := dcd.NewManager(dcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -186,12 +207,67 @@ func socketPair() (net.Conn, net.Conn, error) {
 	return c0, c1, nil
 }
 
-// Start discovers the device, reconciles the ledger with it and starts
-// following device events until ctx ends.
+// openExports maps the pool's memory and creates the export service.
+func (a *Appliance) openExports() error {
+	var mem interface {
+		rdma.Memory
+		Close() error
+	}
+	switch {
+	case a.Box != nil:
+		m, err := rdma.MapFile(a.Box.DRAM().File(), 0, a.Box.DRAM().Size())
+		if err != nil {
+			return fmt.Errorf("appliance: map the virtual box's memory: %w", err)
+		}
+		mem = m
+	case a.cfg.DAXPath != "":
+		m, err := dax.Open(dax.Config{Path: a.cfg.DAXPath})
+		if err != nil {
+			return fmt.Errorf("appliance: %w", err)
+		}
+		mem = m
+	default:
+		a.cfg.Logger.Info("exports disabled: no DAX device given for the pool's memory")
+		return nil
+	}
+	svc, err := rdma.NewService(rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"), Clock: a.cfg.Clock})
+	if err != nil {
+		mem.Close()
+		return fmt.Errorf("appliance: %w", err)
+	}
+	a.Exports = svc
+	// Closers run in reverse: revoke every export, then unmap.
+	a.closers = append(a.closers, mem.Close, func() error { return svc.Close(context.Background()) })
+	return nil
+}
+
+// Start discovers the device, reconciles the ledger with it, starts
+// following device events until ctx ends and opens the export server.
 func (a *Appliance) Start(ctx context.Context) error {
 	if err := a.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("appliance: %w", err)
 	}
+	if a.Exports == nil {
+		return nil
+	}
+	changes, unsubscribe := a.Manager.Subscribe(256)
+	go a.Exports.Run(ctx, changes)
+	a.closers = append(a.closers, func() error { unsubscribe(); return nil })
+	if a.cfg.ExportListen == "" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", a.cfg.ExportListen)
+	if err != nil {
+		return fmt.Errorf("appliance: export server: %w", err)
+	}
+	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	if err != nil {
+		ln.Close()
+		return fmt.Errorf("appliance: export server: %w", err)
+	}
+	a.ExportAddr = ln.Addr()
+	go srv.Serve(ln)
+	a.closers = append(a.closers, srv.Close)
 	return nil
 }
 

@@ -29,6 +29,10 @@ type Config struct {
 	// BusyRetries is how many times a command answered Busy or Retry
 	// Required is sent again (with backoff) before ErrDeviceBusy.
 	BusyRetries int
+	// BeforeRelease, if set, runs before a grant's release is recorded,
+	// so that other users of the capacity (exports to remote racks) let
+	// go of it before the device sanitizes it. An error stops the release.
+	BeforeRelease func(ctx context.Context, id GrantID) error
 }
 
 func (c *Config) defaults() {
@@ -365,6 +369,11 @@ func (m *Manager) Release(ctx context.Context, id GrantID) (Grant, error) {
 // BeginRelease records the intent to release and runs the device side in
 // the background.
 func (m *Manager) BeginRelease(ctx context.Context, id GrantID) (Grant, error) {
+	if m.cfg.BeforeRelease != nil {
+		if err := m.cfg.BeforeRelease(ctx, id); err != nil {
+			return Grant{}, fmt.Errorf("release grant %d: %w", id, err)
+		}
+	}
 	g, err := m.cfg.Ledger.BeginRelease(ctx, id)
 	if err != nil {
 		return g, fmt.Errorf("release grant %d: %w", id, err)
@@ -803,6 +812,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 	switch ev.Kind {
 	case fabric.EventAddResponse, fabric.EventCapacityReleased:
 		m.mu.Lock()
+		waiting := len(m.waiters[HostID(ev.Host)]) > 0
 		for ch := range m.waiters[HostID(ev.Host)] {
 			select {
 			case ch <- ev:
@@ -810,6 +820,12 @@ func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 			}
 		}
 		m.mu.Unlock()
+		if !waiting && ev.Kind == fabric.EventCapacityReleased {
+			// Nobody asked for this release: the host gave capacity back
+			// on its own. The ledger must stop reporting it as granted.
+			m.log.Warn("host released capacity on its own", "host", ev.Host, "extents", len(ev.Extents))
+			m.requestReconcile()
+		}
 	case fabric.EventLinkChange:
 		m.mu.Lock()
 		// Copy on write: Box() hands out the slice to readers.

@@ -526,3 +526,28 @@ func TestLinkFlap(t *testing.T) {
 		t.Errorf("host changes published (-want +got):\n%s", diff)
 	}
 }
+
+func TestHostGivesCapacityBack(t *testing.T) {
+	s := newStack(t, nil)
+	ctx := ctxT(t)
+	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	g, err := s.m.Grant(ctx, c.ID, 2)
+	if err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	// The host releases on its own (4803h without a request from the FM).
+	if err := s.box.Host(2).Release(ctx, c.Tag); err != nil {
+		t.Fatalf("host Release: %v", err)
+	}
+	waitFor(t, func() bool {
+		got, err := s.led.Grant(ctx, g.ID)
+		return err == nil && got.State == dcd.GrantLost
+	})
+	// The chunk is free to be granted again.
+	if _, err := s.m.Grant(ctx, c.ID, 3); err != nil {
+		t.Errorf("Grant after the host gave the chunk back: %v", err)
+	}
+}

@@ -173,6 +173,9 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 // sanitizing release of the tag from the host.
 func (m *Manager) ReleaseOrphan(ctx context.Context, host HostID, tag cci.Tag) error {
 	defer m.lockHost(host)()
+	// Watching the host marks the release as expected, so its Capacity
+	// Released event does not look like a host acting on its own.
+	defer m.unwatch(host, m.watch(host))
 	req := fabric.ReleaseRequest{Host: uint16(host), Policy: fabric.ReleaseTagBased, Forced: true, Sanitize: true, Tag: tag}
 	var size uint64
 	os, err := m.cfg.Ledger.Orphans(ctx)
@@ -202,7 +205,8 @@ func (m *Manager) ReleaseOrphan(ctx context.Context, host HostID, tag cci.Tag) e
 	if held {
 		return fmt.Errorf("release orphan %s: the device still holds it: %w", tag, ErrDevice)
 	}
-	if err := m.cfg.Ledger.ClearOrphan(ctx, host, tag); err != nil {
+	// A reconcile that ran meanwhile may have cleared it already.
+	if err := m.cfg.Ledger.ClearOrphan(ctx, host, tag); err != nil && !errors.Is(err, ErrNotFound) {
 		return err
 	}
 	m.publish(Change{Kind: ChangeOrphan, Host: host, Message: "orphan released " + tag.String()})

@@ -23,6 +23,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	data := fs.String("data", "./var", "data directory (SQLite inventory, keys)")
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
 	plainHTTP := fs.Bool("http", false, "serve the API over plain HTTP instead of TLS (development only)")
+	exportListen := fs.String("export-listen", "", "serve exported pool memory to remote racks on this TCP address (empty: off)")
+	daxPath := fs.String("dax", "", "DAX device that maps the pool's memory for exports on hardware (the virtual box needs none)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	simHeads := fs.Int("sim-heads", 8, "virtual box: number of host heads")
 	scfg := sim.DefaultConfig()
@@ -50,6 +52,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app, err := appliance.Open(ctx, appliance.Config{
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
+		ExportListen: *exportListen, DAXPath: *daxPath,
 	})
 	if err != nil {
 		return err
@@ -61,6 +64,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
 		fmt.Fprintln(stdout, "cxlpoold:", l)
+	}
+	if app.ExportAddr != nil {
+		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", app.ExportAddr)
 	}
 	srv, err := api.New(api.Config{
 		Manager: app.Manager, DataDir: *data, Logger: log.With("component", "api"),

@@ -1,0 +1,166 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"cxlpool/api/client"
+)
+
+// accountOut is an account in --json output.
+type accountOut struct {
+	ID      string `json:"id"`
+	URI     string `json:"uri"`
+	User    string `json:"user"`
+	Role    string `json:"role"`
+	System  string `json:"system,omitempty"`
+	Enabled bool   `json:"enabled"`
+	Locked  bool   `json:"locked"`
+}
+
+func toAccountOut(acc client.Account) accountOut {
+	return accountOut{ID: acc.ID, URI: acc.ODataID, User: acc.UserName, Role: acc.RoleID,
+		System: acc.SystemID(), Enabled: acc.Enabled, Locked: acc.Locked}
+}
+
+func cmdAccounts(ctx context.Context, a *app, args []string) error {
+	sub := "list"
+	if len(args) > 0 && args[0] != "" && args[0][0] != '-' {
+		sub, args = args[0], args[1:]
+	}
+	switch sub {
+	case "list":
+		return accountsList(ctx, a, args)
+	case "add":
+		return accountsAdd(ctx, a, args)
+	case "remove", "rm", "delete":
+		return accountsRemove(ctx, a, args)
+	}
+	return usagef("accounts: unknown subcommand %q (list, add, remove)", sub)
+}
+
+func accountsList(ctx context.Context, a *app, args []string) error {
+	fs := a.flags("accounts list", "")
+	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	ctx, cancel := a.deadline(ctx, false)
+	defer cancel()
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	accts, err := c.Accounts(ctx)
+	if err != nil {
+		return explain(err)
+	}
+	out := make([]accountOut, 0, len(accts))
+	for _, acc := range accts {
+		out = append(out, toAccountOut(acc))
+	}
+	if a.g.json {
+		return a.printJSON(out)
+	}
+	rows := make([][]string, 0, len(out))
+	for _, o := range out {
+		rows = append(rows, []string{o.ID, o.User, o.Role, orDash(o.System),
+			yesNo(o.Enabled), yesNo(o.Locked)})
+	}
+	return a.table([]string{"ID", "USER", "ROLE", "SYSTEM", "ENABLED", "LOCKED"}, rows)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+func accountsAdd(ctx context.Context, a *app, args []string) error {
+	fs := a.flags("accounts add", "NAME --role ROLE [--system HostN] [--new-password-file FILE]")
+	role := fs.String("role", "", "`role`: Administrator, Operator, ReadOnly or HostUser")
+	system := fs.String("system", "", "the ComputerSystem a HostUser account is bound to (`HostN`)")
+	pwFile := fs.String("new-password-file", "", "read the new account's password from the first line of `file` "+
+		"(default: prompt on a terminal, else the next line of standard input)")
+	pos, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	if *role == "" {
+		return usagef("accounts add: --role is required")
+	}
+	ctx, cancel := a.deadline(ctx, false)
+	defer cancel()
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	var pw string
+	if *pwFile != "" {
+		pw, err = readPasswordFile(*pwFile)
+	} else {
+		pw, err = a.readSecret(fmt.Sprintf("New password for %s: ", pos[0]))
+	}
+	if err != nil {
+		return err
+	}
+	acc, err := c.CreateAccount(ctx, client.NewAccount{UserName: pos[0], Password: pw, RoleID: *role, SystemID: *system})
+	if err != nil {
+		return explain(err)
+	}
+	if a.g.json {
+		return a.printJSON(toAccountOut(acc))
+	}
+	bound := ""
+	if s := acc.SystemID(); s != "" {
+		bound = ", bound to " + s
+	}
+	fmt.Fprintf(a.stdout, "Created account %s (id %s, role %s%s).\n", acc.UserName, acc.ID, acc.RoleID, bound)
+	return nil
+}
+
+func accountsRemove(ctx context.Context, a *app, args []string) error {
+	fs := a.flags("accounts remove", "NAME|ID")
+	pos, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := a.deadline(ctx, false)
+	defer cancel()
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	accts, err := c.Accounts(ctx)
+	if err != nil {
+		return explain(err)
+	}
+	var found *client.Account
+	for i, acc := range accts {
+		if acc.UserName == pos[0] {
+			found = &accts[i]
+			break
+		}
+	}
+	if found == nil {
+		if _, err := strconv.Atoi(pos[0]); err == nil {
+			for i, acc := range accts {
+				if acc.ID == pos[0] {
+					found = &accts[i]
+				}
+			}
+		}
+	}
+	if found == nil {
+		return fmt.Errorf("accounts remove: no account %q", pos[0])
+	}
+	if err := c.DeleteAndWait(ctx, found.ODataID, nil); err != nil {
+		return explain(err)
+	}
+	if a.g.json {
+		return a.printJSON(toAccountOut(*found))
+	}
+	fmt.Fprintf(a.stdout, "Removed account %s (id %s).\n", found.UserName, found.ID)
+	return nil
+}

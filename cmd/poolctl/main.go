@@ -1,0 +1,265 @@
+// Command poolctl drives a cxlpool box over its Redfish API: administrators
+// look at the pool, hosts and accounts; a host asks for memory with
+// `poolctl request 4GiB` and gives it back with `poolctl release`.
+//
+//	poolctl [global flags] <command> [args]
+//
+// Credentials come from a session stored by `poolctl login` (a token file,
+// mode 0600, per server under $XDG_CONFIG_HOME/poolctl), or from --user
+// with a password read from --password-file, $POOLCTL_PASSWORD, a prompt
+// on a terminal, or the first line of standard input. Every command takes
+// --json for machine-readable output. Exit status: 0 success, 1 failure,
+// 2 usage error.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(report(err, os.Stderr))
+}
+
+// Exit statuses.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// report prints err (if any) and returns the exit status for it.
+func report(err error, stderr io.Writer) int {
+	if err == nil || errors.Is(err, flag.ErrHelp) {
+		return exitOK
+	}
+	fmt.Fprintf(stderr, "poolctl: %v\n", err)
+	var ue *usageError
+	if errors.As(err, &ue) {
+		return exitUsage
+	}
+	return exitError
+}
+
+// usageError is a mistake on the command line (exit status 2).
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// run is poolctl without the process around it: main passes the real
+// arguments, streams and signal context; tests pass their own.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	a := &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: os.Getenv}
+	return a.run(ctx, args)
+}
+
+// app is one invocation's state.
+type app struct {
+	g      globals
+	stdin  io.Reader
+	stdout io.Writer
+	stderr io.Writer
+	getenv func(string) string
+
+	stdinLines *lineReader // stdin read line by line, shared by every password read
+}
+
+// globals are the flags every command accepts, before or after it.
+type globals struct {
+	server       string
+	user         string
+	passwordFile string
+	password     string
+	json         bool
+	insecure     bool
+	ca           string
+	timeout      time.Duration
+}
+
+const defaultServer = "https://127.0.0.1:8443"
+
+// defaultTimeout bounds commands other than watch unless --timeout says
+// otherwise.
+const defaultTimeout = 2 * time.Minute
+
+var globalNames = map[string]bool{"server": true, "user": true, "password-file": true, "password": true,
+	"json": true, "insecure": true, "ca": true, "timeout": true}
+
+// register defines the global flags on fs with their current values as
+// defaults, so that a command's flag set can accept them too without
+// resetting what the first parse set.
+func (g *globals) register(fs *flag.FlagSet) {
+	fs.StringVar(&g.server, "server", g.server, "Redfish service `URL` ($POOLCTL_SERVER)")
+	fs.StringVar(&g.user, "user", g.user, "account `name` ($POOLCTL_USER); without it the stored session is used")
+	fs.StringVar(&g.passwordFile, "password-file", g.passwordFile, "read the password from the first line of `file`")
+	fs.StringVar(&g.password, "password", g.password, "the password (visible to every user in the process list: prefer --password-file or $POOLCTL_PASSWORD)")
+	fs.BoolVar(&g.json, "json", g.json, "machine-readable JSON output")
+	fs.BoolVar(&g.insecure, "insecure", g.insecure, "do NOT verify the server's TLS certificate (credentials can be intercepted)")
+	fs.StringVar(&g.ca, "ca", g.ca, "trust the CA or server certificate in PEM `file`")
+	fs.DurationVar(&g.timeout, "timeout", g.timeout, "give up after this long (default 2m; watch: until interrupted)")
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	args    string // synopsis of the arguments
+	summary string
+	run     func(ctx context.Context, a *app, args []string) error
+}
+
+func commands() []command {
+	return []command{
+		{"login", "", "open a session and store its token for --server", cmdLogin},
+		{"logout", "", "end the stored session", cmdLogout},
+		{"status", "", "pool capacity (total, reserved, granted, free) and device health", cmdStatus},
+		{"hosts", "", "attached hosts: head, link, granted capacity, quota", cmdHosts},
+		{"chunks", "", "reserved chunks and the hosts they are connected to", cmdChunks},
+		{"connections", "", "connections (grants of chunks to hosts)", cmdConnections},
+		{"request", "SIZE [--host HostN] [--shared] [--name N] [--wait=false]", "reserve SIZE and connect it to a host (yours by default)", cmdRequest},
+		{"share", "CHUNK --host HostN", "connect an existing sharable chunk to another host", cmdShare},
+		{"release", "CONNECTION | --chunk CHUNK [--free]", "take capacity back from hosts; --free also frees the chunk", cmdRelease},
+		{"free", "CHUNK", "return a chunk that no host uses to the pool", cmdFree},
+		{"watch", "[--count N]", "print events as they happen (Ctrl-C stops)", cmdWatch},
+		{"accounts", "[list | add NAME --role ROLE [--system HostN] | remove NAME]", "manage accounts (administrators)", cmdAccounts},
+	}
+}
+
+func (a *app) run(ctx context.Context, args []string) error {
+	a.g = globals{server: a.getenv("POOLCTL_SERVER"), user: a.getenv("POOLCTL_USER")}
+	if a.g.server == "" {
+		a.g.server = defaultServer
+	}
+	fs := flag.NewFlagSet("poolctl", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a.g.register(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			a.usage(a.stdout, fs)
+			return err
+		}
+		return usagef("%v (see poolctl -h)", err)
+	}
+	if fs.NArg() == 0 {
+		a.usage(a.stderr, fs)
+		return usagef("no command given")
+	}
+	name, rest := fs.Arg(0), fs.Args()[1:]
+	if name == "help" {
+		a.usage(a.stdout, fs)
+		return nil
+	}
+	for _, c := range commands() {
+		if c.name != name {
+			continue
+		}
+		if a.g.timeout < 0 {
+			return usagef("--timeout must not be negative")
+		}
+		return c.run(ctx, a, rest)
+	}
+	return usagef("unknown command %q (see poolctl help)", name)
+}
+
+// usage prints the overview.
+func (a *app) usage(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprintln(w, "usage: poolctl [global flags] <command> [args]")
+	fmt.Fprintln(w, "\ncommands:")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-12s %s\n", c.name, c.summary)
+		if c.args != "" {
+			fmt.Fprintf(w, "  %-12s   poolctl %s %s\n", "", c.name, c.args)
+		}
+	}
+	fmt.Fprintln(w, "\nglobal flags (also accepted after the command):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+	fmt.Fprintln(w, "\nexit status: 0 success, 1 failure, 2 usage error")
+}
+
+// flags makes a command's flag set; the global flags are accepted there
+// too. Call parse with it.
+func (a *app) flags(name, synopsis string) *flag.FlagSet {
+	fs := flag.NewFlagSet("poolctl "+name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {
+		w := a.stderr
+		fmt.Fprintf(w, "usage: poolctl [global flags] %s %s\n", name, synopsis)
+		var own []*flag.Flag
+		fs.VisitAll(func(f *flag.Flag) {
+			if !globalNames[f.Name] {
+				own = append(own, f)
+			}
+		})
+		sort.Slice(own, func(i, j int) bool { return own[i].Name < own[j].Name })
+		for _, f := range own {
+			arg, usage := flag.UnquoteUsage(f)
+			fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, arg, usage)
+		}
+		fmt.Fprintln(w, "global flags: see poolctl -h")
+	}
+	a.g.register(fs)
+	return fs
+}
+
+// parse parses a command's arguments, letting flags and positional
+// arguments come in any order ("request 4GiB --host Host2"); "--" ends
+// the flags. It checks the number of positional arguments.
+func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				fs.Usage()
+				return nil, err
+			}
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" {
+			pos = append(pos, rest...)
+			break
+		}
+		if len(rest) == 0 {
+			break
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+	switch {
+	case len(pos) < minPos:
+		return nil, usagef("%s: missing argument (see %s -h)", fs.Name(), fs.Name())
+	case maxPos >= 0 && len(pos) > maxPos:
+		return nil, usagef("%s: unexpected argument %q", fs.Name(), strings.Join(pos[maxPos:], " "))
+	}
+	return pos, nil
+}
+
+// deadline applies --timeout (or the default) to a command's context.
+func (a *app) deadline(ctx context.Context, unlimited bool) (context.Context, context.CancelFunc) {
+	d := a.g.timeout
+	if d == 0 && !unlimited {
+		d = defaultTimeout
+	}
+	if d == 0 {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, d)
+}

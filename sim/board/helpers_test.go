@@ -1,0 +1,9 @@
+package board
+
+import (
+	"errors"
+
+	"cxlpool/bmc/pldm"
+)
+
+func asCC(err error, cc *pldm.CompletionCode) bool { return errors.As(err, cc) }
