@@ -92,6 +92,7 @@ type Manager struct {
 	subs        map[chan Change]struct{}
 	flights     map[GrantID]*flight
 	startReport ReconcileReport
+	reconcileMu sync.Mutex
 	resets      atomic.Uint64 // device resets seen, so flows can tell why an offer vanished
 	reconc      chan struct{}
 

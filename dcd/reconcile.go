@@ -30,6 +30,9 @@ type hostTag struct {
 // at start, after a device reset and whenever events were lost. Flows that
 // are in flight in this process are left to finish on their own.
 func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
+	// One reconcile at a time: two would both act on the same snapshot.
+	m.reconcileMu.Lock()
+	defer m.reconcileMu.Unlock()
 	var rep ReconcileReport
 	tags, err := m.cfg.Device.Tags(ctx)
 	if err != nil {
@@ -91,6 +94,9 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		case GrantGranted:
 			if len(held) == 0 && !pending {
 				ng, err := m.cfg.Ledger.MarkLost(ctx, g.ID, "the device no longer holds this capacity")
+				if errors.Is(err, ErrConflict) {
+					continue // a flow finished it after the snapshot
+				}
 				if err != nil {
 					return rep, err
 				}
@@ -107,6 +113,9 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 				continue
 			}
 			ng, err := m.cfg.Ledger.CompleteRelease(ctx, g.ID)
+			if errors.Is(err, ErrConflict) {
+				continue // a flow finished it after the snapshot
+			}
 			if err != nil {
 				return rep, err
 			}

@@ -40,7 +40,9 @@ import (
 	"log/slog"
 	"sync"
 
+	"cxlpool/bmc/pldm"
 	"cxlpool/fabric/cci"
+	"cxlpool/sim/board"
 	"cxlpool/sim/dram"
 )
 
@@ -51,6 +53,7 @@ type Box struct {
 	mem    *dram.DRAM
 	faults *Faults
 	hosts  []*Host
+	board  *board.Board // the board controller, at its own EID on every link
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -140,6 +143,23 @@ func New(cfg Config) (*Box, error) {
 		respExp:    cfg.MaxPayloadExp,
 	}
 	b.faults = &Faults{box: b}
+	bcfg := cfg.Board
+	if bcfg.Heads == 0 {
+		bcfg.Heads = min(cfg.Heads, pldm.MaxComposite)
+	}
+	if bcfg.Clock == nil {
+		bcfg.Clock = cfg.Clock
+	}
+	if bcfg.Logger == nil {
+		bcfg.Logger = cfg.Logger.With("component", "board")
+	}
+	// Cutting a head's power takes its link down, as on the real box.
+	bcfg.OnHeadPower = func(head int, on bool) { go b.SetLink(head, on) }
+	if b.board, err = board.New(bcfg); err != nil {
+		mem.Close()
+		cancel()
+		return nil, fmt.Errorf("sim: board: %w", err)
+	}
 	rl := cfg.regionLength()
 	for i := range cfg.Regions {
 		b.regions = append(b.regions, newRegion(i, uint64(i)*rl, rl, cfg.BlockSize,
@@ -201,6 +221,10 @@ func (b *Box) Host(ld int) *Host {
 	}
 	return b.hosts[ld]
 }
+
+// Board returns the simulated board controller (sensors, fans, PSUs, head
+// power, identify LED), for tests and workloads that drive its model.
+func (b *Box) Board() *board.Board { return b.board }
 
 // DRAM returns the device memory, for a component that maps it.
 func (b *Box) DRAM() *dram.DRAM { return b.mem }

@@ -9,6 +9,7 @@ import (
 
 	"cxlpool/fabric/cci"
 	"cxlpool/fabric/mctp"
+	"cxlpool/sim/board"
 )
 
 // Supported block sizes: 2 MiB … 1 GiB (5600h block size mask bits 21–30),
@@ -61,6 +62,9 @@ type Config struct {
 
 	Logger *slog.Logger
 	Clock  func() time.Time
+	// Board configures the simulated board controller (PLDM at EID 9 on
+	// every link); zero values take its defaults and the box's heads.
+	Board board.Config
 }
 
 // DefaultConfig returns the reference box: 8 heads, 1 TiB in two regions of

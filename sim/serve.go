@@ -35,6 +35,12 @@ type notifyTarget struct {
 // EID 0), advertising message types 07h and 08h. It blocks until ctx ends,
 // the box is closed or the link fails; a closed link is a normal end.
 func (b *Box) Serve(ctx context.Context, link mctp.PacketLink) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(b.ctx, cancel)
+	defer stop()
+	// The board controller answers at its own EID on the same link.
+	link = b.board.Attach(ctx, link)
 	c := &conn{}
 	c.ep = mctp.NewEndpoint(link, mctp.Config{
 		EID:          b.cfg.EID,
@@ -45,10 +51,6 @@ func (b *Box) Serve(ctx context.Context, link mctp.PacketLink) error {
 	}, func(ctx context.Context, src mctp.EID, typ mctp.MsgType, msg []byte) ([]byte, bool) {
 		return b.handle(ctx, c, src, typ, msg)
 	})
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	stop := context.AfterFunc(b.ctx, cancel)
-	defer stop()
 	err := c.ep.Run(ctx)
 	_ = c.ep.Close()
 	b.mu.Lock()

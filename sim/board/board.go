@@ -57,6 +57,10 @@ type Config struct {
 	EventTimeout time.Duration
 	Clock        func() time.Time
 	Logger       *slog.Logger
+	// OnHeadPower is told when a head's power effecter switches it on or
+	// off, so the box can drop or raise that head's link. It runs with
+	// the board's lock held and must not call back into the board.
+	OnHeadPower func(head int, on bool)
 }
 
 func (c *Config) setDefaults() error {

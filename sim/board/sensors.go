@@ -245,7 +245,13 @@ func (b *Board) build() error {
 			}
 			return out
 		},
-		func(m *model, i int, v uint8) { m.headOn[i] = v == powerOn })
+		func(m *model, i int, v uint8) {
+			on := v == powerOn
+			if m.headOn[i] != on && cfg.OnHeadPower != nil {
+				cfg.OnHeadPower(i, on)
+			}
+			m.headOn[i] = on
+		})
 	return b.buildErr
 }
 
