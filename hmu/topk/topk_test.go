@@ -1,0 +1,251 @@
+package topk
+
+import (
+	"cmp"
+	"math/rand/v2"
+	"slices"
+	"testing"
+)
+
+// stream is a sequence of weighted keys.
+type stream []struct{ key, w uint64 }
+
+func (s *stream) add(key, w uint64) { *s = append(*s, struct{ key, w uint64 }{key, w}) }
+
+// zipfStream draws n keys from Zipf(skew) over units (ranks scattered by an
+// odd multiplier so hot keys are not neighbours), weight from weight().
+func zipfStream(seed uint64, skew float64, units uint64, n int, weight func(*rand.Rand) uint64) stream {
+	r := rand.New(rand.NewPCG(seed, 1))
+	z := rand.NewZipf(r, skew, 1, units-1)
+	var s stream
+	for range n {
+		s.add(scatter(z.Uint64(), units), weight(r))
+	}
+	return s
+}
+
+// scatter maps a rank to a unit bijectively for a power-of-two unit count.
+func scatter(rank, units uint64) uint64 { return rank * 0x9e3779b97f4a7c15 & (units - 1) }
+
+func one(*rand.Rand) uint64 { return 1 }
+
+// checkInvariants verifies the heap, the index and the slot bookkeeping.
+func checkInvariants(t *testing.T, s *Summary) {
+	t.Helper()
+	for p := 1; p < s.size; p++ {
+		if parent := (p - 1) / 4; s.hcnt[parent] > s.hcnt[p] {
+			t.Fatalf("heap: count[%d]=%d > count[%d]=%d", parent, s.hcnt[parent], p, s.hcnt[p])
+		}
+	}
+	used := 0
+	for _, v := range s.idx {
+		if v != 0 {
+			used++
+		}
+	}
+	if used != s.size {
+		t.Fatalf("index holds %d keys, want %d", used, s.size)
+	}
+	for p := range s.size {
+		sl := s.hslot[p]
+		if int(s.pos[sl]) != p {
+			t.Fatalf("pos[%d] = %d, want %d", sl, s.pos[sl], p)
+		}
+		if got := s.find(s.key[sl]); got != int(sl) {
+			t.Fatalf("find(%d) = %d, want %d", s.key[sl], got, sl)
+		}
+	}
+}
+
+// TestErrorBound checks the Space-Saving guarantees against an exact count
+// on adversarial and skewed, weighted and unit-weight streams.
+func TestErrorBound(t *testing.T) {
+	const k = 64
+	rr := func(keys uint64, rounds int) stream { // every add after warm-up is a take-over
+		var s stream
+		for range rounds {
+			for x := range keys {
+				s.add(x, 1)
+			}
+		}
+		return s
+	}
+	tests := []struct {
+		name string
+		s    stream
+	}{
+		{"round robin k+1 keys", rr(k+1, 200)},
+		{"round robin 4k keys", rr(4*k, 50)},
+		{"all distinct", func() (s stream) {
+			for x := range uint64(20000) {
+				s.add(x, 1)
+			}
+			return
+		}()},
+		{"heavy first, then churn", func() (s stream) {
+			for x := range uint64(10) {
+				s.add(x, 5000)
+			}
+			for x := range uint64(20000) {
+				s.add(1000+x, 1)
+			}
+			return
+		}()},
+		{"churn first, then heavy late", func() (s stream) {
+			for x := range uint64(20000) {
+				s.add(1000+x, 1)
+			}
+			for range 50 {
+				for x := range uint64(5) {
+					s.add(x, 100)
+				}
+			}
+			return
+		}()},
+		{"increasing weights over distinct keys", func() (s stream) {
+			for x := range uint64(5000) {
+				s.add(x, x+1)
+			}
+			return
+		}()},
+		{"random weights", zipfStream(7, 1.01, 1<<14, 30000, func(r *rand.Rand) uint64 { return 1 + r.Uint64N(1000) })},
+		{"zipf 1.1", zipfStream(1, 1.1, 1<<16, 50000, one)},
+		{"zipf 2.0 weighted", zipfStream(2, 2.0, 1<<16, 50000, func(r *rand.Rand) uint64 { return 1 + r.Uint64N(16) })},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := New(k)
+			exact := map[uint64]uint64{}
+			var n uint64
+			for i, e := range tt.s {
+				s.Add(e.key, e.w)
+				exact[e.key] += e.w
+				n += e.w
+				if i%997 == 0 {
+					checkInvariants(t, s)
+				}
+			}
+			checkInvariants(t, s)
+			if s.N() != n {
+				t.Fatalf("N: got %d, want %d", s.N(), n)
+			}
+			m := s.Min()
+			if m > n/k {
+				t.Errorf("Min: got %d, want ≤ N/k = %d", m, n/k)
+			}
+			var sum uint64
+			for _, it := range s.Top(nil, k) {
+				sum += it.Count
+			}
+			if sum != n {
+				t.Errorf("sum of counts: got %d, want N = %d", sum, n)
+			}
+			for key, f := range exact {
+				it, ok := s.Get(key)
+				switch {
+				case !ok && f > m:
+					t.Fatalf("key %d: weight %d > Min %d but not monitored", key, f, m)
+				case ok && it.Count < f:
+					t.Fatalf("key %d: count %d below true weight %d", key, it.Count, f)
+				case ok && it.Guaranteed() > f:
+					t.Fatalf("key %d: guaranteed %d above true weight %d", key, it.Guaranteed(), f)
+				case ok && it.Err > m:
+					t.Fatalf("key %d: error %d above Min %d", key, it.Err, m)
+				}
+			}
+		})
+	}
+}
+
+func TestDecay(t *testing.T) {
+	s := New(16)
+	for x := range uint64(40) {
+		s.Add(x%20, x+1)
+	}
+	before := s.Top(nil, 16)
+	s.Decay(0.5)
+	checkInvariants(t, s)
+	after := s.Top(nil, 16)
+	for i := range after {
+		if got, want := after[i].Count, before[i].Count/2; got != want {
+			t.Errorf("item %d: count %d after decay, want %d", i, got, want)
+		}
+		if after[i].Err > after[i].Count {
+			t.Errorf("item %d: error %d above count %d", i, after[i].Err, after[i].Count)
+		}
+	}
+	if s.N() != 820/2 { // Σ 1..40 = 820
+		t.Errorf("N after decay: got %d, want %d", s.N(), 410)
+	}
+	s.Decay(0)
+	s.Add(99, 1) // a decayed-to-zero summary takes new keys as usual
+	if it, ok := s.Get(99); !ok || it.Count != 1 {
+		t.Errorf("after decay to zero: got %+v %v, want count 1", it, ok)
+	}
+	s.Reset()
+	if s.Len() != 0 || s.N() != 0 {
+		t.Errorf("after Reset: len %d, N %d; want 0, 0", s.Len(), s.N())
+	}
+	checkInvariants(t, s)
+}
+
+// TestMemoryFixed: ≤ 64 B per counter, no allocation per Add, and the same
+// footprint whatever the number of distinct keys.
+func TestMemoryFixed(t *testing.T) {
+	for _, k := range []int{1, 100, 1024, 8192} {
+		s := New(k)
+		if per := float64(s.Bytes()) / float64(k); per > 64 && k >= 64 {
+			t.Errorf("k=%d: %.1f B per counter, want ≤ 64", k, per)
+		}
+		b := s.Bytes()
+		x := uint64(0)
+		allocs := testing.AllocsPerRun(100000, func() { s.Add(x, 1); x++ })
+		if allocs != 0 {
+			t.Errorf("k=%d: %v allocations per Add, want 0", k, allocs)
+		}
+		if s.Bytes() != b {
+			t.Errorf("k=%d: %d bytes after 100000 distinct keys, want %d", k, s.Bytes(), b)
+		}
+	}
+}
+
+// precisionAt is the fraction of the summary's top n whose true weight is
+// at least the n-th largest true weight (ties at the boundary count).
+func precisionAt(s *Summary, exact map[uint64]uint64, n int) float64 {
+	ws := make([]uint64, 0, len(exact))
+	for _, w := range exact {
+		ws = append(ws, w)
+	}
+	slices.SortFunc(ws, func(a, b uint64) int { return cmp.Compare(b, a) })
+	if len(ws) < n {
+		n = len(ws)
+	}
+	cut := ws[n-1]
+	hit := 0
+	for _, it := range s.Top(nil, n) {
+		if exact[it.Key] >= cut {
+			hit++
+		}
+	}
+	return float64(hit) / float64(n)
+}
+
+// TestPrecisionSmall is the fast version of BenchmarkZipf100M: the same
+// shape scaled down by 64 (1.5 M records over 1 Mi units, 8192 counters).
+func TestPrecisionSmall(t *testing.T) {
+	const n, units, k, top = 1_500_000, 1 << 20, 8192, 1000
+	s := New(k)
+	exact := map[uint64]uint64{}
+	r := rand.New(rand.NewPCG(42, 1))
+	z := rand.NewZipf(r, 1.1, 1, units-1)
+	for range n {
+		u := scatter(z.Uint64(), units)
+		s.Add(u, 1)
+		exact[u]++
+	}
+	p := precisionAt(s, exact, top)
+	if p < 0.99 {
+		t.Errorf("precision@%d: got %.4f, want ≥ 0.99", top, p)
+	}
+	t.Logf("precision@%d = %.4f, Min = %d = %.2f·N/k", top, p, s.Min(), float64(s.Min())*k/n)
+}
