@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -244,7 +245,7 @@ func (a *app) client() (*client.Client, error) {
 
 // explain adds what to do about an expired session to a 401.
 func explain(err error) error {
-	if client.StatusOf(err) == 401 {
+	if client.StatusOf(err) == http.StatusUnauthorized {
 		return fmt.Errorf("%w\n(the session may have expired or ended: run `poolctl login` again)", err)
 	}
 	return err
@@ -331,7 +332,8 @@ func cmdLogout(ctx context.Context, a *app, args []string) error {
 		}
 		// A session the service already ended (401, 404) is as good as
 		// logged out; the file goes either way then.
-		if err := c.Logout(ctx); err != nil && client.StatusOf(err) != 401 && client.StatusOf(err) != 404 {
+		err = c.Logout(ctx)
+		if st := client.StatusOf(err); err != nil && st != http.StatusUnauthorized && st != http.StatusNotFound {
 			return err
 		}
 		if err := a.removeSession(cfg.Server); err != nil {

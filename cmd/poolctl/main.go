@@ -98,8 +98,14 @@ const defaultServer = "https://127.0.0.1:8443"
 // otherwise.
 const defaultTimeout = 2 * time.Minute
 
-var globalNames = map[string]bool{"server": true, "user": true, "password-file": true, "password": true,
-	"json": true, "insecure": true, "ca": true, "timeout": true}
+// isGlobal reports whether a flag is one of the global flags.
+func isGlobal(name string) bool {
+	switch name {
+	case "server", "user", "password-file", "password", "json", "insecure", "ca", "timeout":
+		return true
+	}
+	return false
+}
 
 // register defines the global flags on fs with their current values as
 // defaults, so that a command's flag set can accept them too without
@@ -187,10 +193,32 @@ func (a *app) usage(w io.Writer, fs *flag.FlagSet) {
 		}
 	}
 	fmt.Fprintln(w, "\nglobal flags (also accepted after the command):")
-	fs.SetOutput(w)
-	fs.PrintDefaults()
-	fs.SetOutput(io.Discard)
+	printFlags(w, fs, func(string) bool { return true })
 	fmt.Fprintln(w, "\nexit status: 0 success, 1 failure, 2 usage error")
+}
+
+// printFlags lists the flags of fs that keep selects, GNU style.
+func printFlags(w io.Writer, fs *flag.FlagSet, keep func(name string) bool) {
+	var fl []*flag.Flag
+	fs.VisitAll(func(f *flag.Flag) {
+		if keep(f.Name) {
+			fl = append(fl, f)
+		}
+	})
+	sort.Slice(fl, func(i, j int) bool { return fl[i].Name < fl[j].Name })
+	for _, f := range fl {
+		arg, usage := flag.UnquoteUsage(f)
+		if arg != "" {
+			arg = " " + arg
+		}
+		switch {
+		case f.Name == "password": // never echoed
+		case f.DefValue == "", f.DefValue == "0", f.DefValue == "0s", f.DefValue == "false", f.DefValue == "-1":
+		default:
+			usage += fmt.Sprintf(" (default %s)", f.DefValue)
+		}
+		fmt.Fprintf(w, "  --%s%s\n    \t%s\n", f.Name, arg, usage)
+	}
 }
 
 // flags makes a command's flag set; the global flags are accepted there
@@ -201,17 +229,7 @@ func (a *app) flags(name, synopsis string) *flag.FlagSet {
 	fs.Usage = func() {
 		w := a.stderr
 		fmt.Fprintf(w, "usage: poolctl [global flags] %s %s\n", name, synopsis)
-		var own []*flag.Flag
-		fs.VisitAll(func(f *flag.Flag) {
-			if !globalNames[f.Name] {
-				own = append(own, f)
-			}
-		})
-		sort.Slice(own, func(i, j int) bool { return own[i].Name < own[j].Name })
-		for _, f := range own {
-			arg, usage := flag.UnquoteUsage(f)
-			fmt.Fprintf(w, "  --%s %s\n    \t%s\n", f.Name, arg, usage)
-		}
+		printFlags(w, fs, func(name string) bool { return !isGlobal(name) })
 		fmt.Fprintln(w, "global flags: see poolctl -h")
 	}
 	a.g.register(fs)
@@ -224,9 +242,10 @@ func (a *app) flags(name, synopsis string) *flag.FlagSet {
 func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error) {
 	var pos []string
 	for {
+		// The flag package prints the command's usage itself for -h
+		// and for a bad flag.
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				fs.Usage()
 				return nil, err
 			}
 			return nil, usagef("%s: %v", fs.Name(), err)

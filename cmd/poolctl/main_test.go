@@ -8,6 +8,7 @@ import (
 	"encoding/pem"
 	"flag"
 	"io"
+	"log"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -225,8 +226,15 @@ func TestLoginLogout(t *testing.T) {
 	other := c.run("--server", "http://127.0.0.1:1", "accounts")
 	c.fails(other, exitError, "not logged in to http://127.0.0.1:1")
 
+	var before storedSession
+	if err := json.Unmarshal(mustRead(t, path), &before); err != nil {
+		t.Fatal(err)
+	}
 	r = c.ok(c.run("logout"))
 	c.golden("logout", r.stdout)
+	if r := c.env.Anon.Get("/redfish/v1/AccountService/Accounts", "X-Auth-Token", before.Token); r.Status != http.StatusUnauthorized {
+		t.Errorf("the logged-out session's token: got %d, want 401 (the session must end on the service)", r.Status)
+	}
 	if _, err := os.Stat(path); !os.IsNotExist(err) {
 		t.Errorf("session file after logout: got %v, want it removed", err)
 	}
@@ -451,7 +459,7 @@ func TestWatch(t *testing.T) {
 			}
 			continue
 		}
-		if got := c.normalise(line); got != "<time>  OK       ResourceEvent.ResourceCreated    "+uri+"  The resource was created successfully." {
+		if got := c.normalise(line); got != "<time>  OK       ResourceEvent.ResourceCreated       "+uri+"  The resource was created successfully." {
 			t.Errorf("watch line: got %q", got)
 		}
 	}
@@ -473,7 +481,9 @@ func TestWatch(t *testing.T) {
 // and --insecure works with a loud warning.
 func TestTLS(t *testing.T) {
 	c := newCLI(t)
-	ts := httptest.NewTLSServer(c.env.Server.Handler())
+	ts := httptest.NewUnstartedServer(c.env.Server.Handler())
+	ts.Config.ErrorLog = log.New(io.Discard, "", 0) // the refused handshakes are the point
+	ts.StartTLS()
 	defer ts.Close()
 	ca := filepath.Join(t.TempDir(), "ca.pem")
 	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: ts.Certificate().Raw}), 0o644); err != nil {

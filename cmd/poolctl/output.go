@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"math/bits"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 
@@ -28,8 +30,21 @@ func (a *app) table(header []string, rows [][]string) error {
 	return tw.Flush()
 }
 
-// size prints bytes in binary units ("4 GiB").
-func size(n uint64) string { return bytesize.Format(n) }
+// size prints bytes in binary units: exactly ("4 GiB", "1536 MiB") when
+// that is short, else to two decimals in the largest unit ("1022.5 GiB"
+// rather than "1047040 MiB").
+func size(n uint64) string {
+	exact := bytesize.Format(n)
+	if num, _, _ := strings.Cut(exact, " "); len(num) <= 4 {
+		return exact
+	}
+	units := []string{"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"}
+	i := (bits.Len64(n)-1)/10 - 1 // the largest i with n >= 2^(10(i+1)): at least 1 of unit i
+	i = min(max(i, 0), len(units)-1)
+	v := strconv.FormatFloat(float64(n)/float64(uint64(1)<<(10*(i+1))), 'f', 2, 64)
+	v = strings.TrimRight(strings.TrimRight(v, "0"), ".")
+	return v + " " + units[i]
+}
 
 // orDash shows an empty cell as "-".
 func orDash(s string) string {

@@ -66,7 +66,7 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 					return err
 				}
 			} else {
-				fmt.Fprintf(a.stdout, "%s  %-8s %-32s %s  %s\n", o.Time, o.Severity,
+				fmt.Fprintf(a.stdout, "%s  %-8s %-34s  %s  %s\n", o.Time, o.Severity,
 					client.MessageKey(o.MessageID), orDash(o.Origin), clean(o.Message))
 			}
 			seen++
