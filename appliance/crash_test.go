@@ -133,9 +133,11 @@ func TestCrashDuringGrantStormKeepsLedgerAndDeviceInAgreement(t *testing.T) {
 		total.Released += rep.Released
 		total.Resumed += rep.Resumed
 		total.Orphans += rep.Orphans
+		total.Adopted += rep.Adopted
+		total.Withdrawn += rep.Withdrawn
 	}
-	t.Logf("over %d crashes, reconcile found: %d adds to complete, %d adds to fail, %d releases to complete, %d flows to resume",
-		rounds, total.Granted, total.Failed, total.Released, total.Resumed)
+	t.Logf("over %d crashes, reconcile found: %d adds to complete, %d adds to fail, %d releases to complete, %d flows to resume, %d grants to adopt, %d offers to withdraw",
+		rounds, total.Granted, total.Failed, total.Released, total.Resumed, total.Adopted, total.Withdrawn)
 	if total.Orphans != 0 {
 		t.Errorf("reconcile found %d orphans: the ledger lost track of capacity", total.Orphans)
 	}

@@ -167,8 +167,17 @@ type Ledger interface {
 	// host already has an active grant of it, or a non-sharable chunk is
 	// already granted to another host), ErrNotSharable, ErrQuotaExceeded.
 	// It returns what the Manager needs to act on the intent without
-	// reading the ledger again.
-	BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (GrantIntent, error)
+	// reading the ledger again. If checked is not nil it is called, once,
+	// after the admission checks passed and before the commit, so the
+	// caller can start the device command while the commit is made
+	// durable; the intent only holds if BeginGrant then returns no error.
+	BeginGrant(ctx context.Context, chunk ChunkID, host HostID, checked func(GrantIntent)) (GrantIntent, error)
+	// AdoptGrant records a grant the device already holds but the ledger
+	// never committed (a crash between sending an add and the intent
+	// becoming durable): state granted with exactly extents. It applies
+	// the same rules as BeginGrant except quota, which the lost intent
+	// had already passed.
+	AdoptGrant(ctx context.Context, chunk ChunkID, host HostID, extents []cci.Extent) (Grant, error)
 	// CompleteGrant moves adding → granted with exactly the accepted extents.
 	CompleteGrant(ctx context.Context, id GrantID, extents []cci.Extent) (Grant, error)
 	// FailGrant moves adding → failed.

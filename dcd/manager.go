@@ -341,13 +341,28 @@ func (m *Manager) BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 	if !h.LinkUp {
 		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, ErrLinkDown)
 	}
-	in, err := m.cfg.Ledger.BeginGrant(ctx, chunk, host)
+	// The add goes to the device as soon as the admission checks pass,
+	// while the intent's commit is made durable: tags make the device's
+	// state self-describing, so a crash in that window is recovered by
+	// reconcile (it adopts what a host accepted under a chunk's tag and
+	// withdraws what is still only offered). This takes the fsync off the
+	// grant's critical path; the flow records nothing until the commit
+	// is known.
+	committed := make(chan error, 1)
+	started := false
+	in, err := m.cfg.Ledger.BeginGrant(ctx, chunk, host, func(in GrantIntent) {
+		started = true
+		g := in.Grant
+		m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false, committed) })
+	})
+	if started {
+		committed <- err
+	}
 	if err != nil {
 		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, err)
 	}
 	g := in.Grant
 	m.publish(Change{Kind: ChangeGrant, Chunk: chunk, Host: host, Grant: &g, Message: "adding"})
-	m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false) })
 	return g, nil
 }
 
@@ -476,8 +491,38 @@ func grantErr(g Grant) error {
 // as it left it. others says whether other hosts had active grants of the
 // chunk when the intent was written; resumed is set when reconcile found
 // the add pending on the device after a restart, so the command must not
-// be sent again.
-func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed bool) Grant {
+// be sent again. committed, when not nil, delivers the outcome of the
+// intent's commit, which may still be in progress when runAdd starts.
+func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed bool, committed <-chan error) Grant {
+	accepted, why, ok := m.runAddDevice(ctx, g, c, others, resumed)
+	if committed != nil {
+		if err := <-committed; err != nil {
+			// The ledger never took the intent: undo whatever the device
+			// did, so nothing is granted that the ledger does not know.
+			m.log.Error("grant intent not recorded; withdrawing the add", "chunk", c.ID, "host", g.Host, "err", err)
+			req := fabric.ReleaseRequest{Host: uint16(g.Host), Policy: fabric.ReleaseTagBased, Forced: true, Sanitize: true, Length: c.Size, Tag: c.Tag}
+			if rerr := m.retryBusy(ctx, func() error { return m.cfg.Device.Release(ctx, req) }); rerr != nil {
+				m.log.Error("withdrawing an unrecorded add", "err", rerr)
+				m.requestReconcile()
+			}
+			g.State, g.Reason = GrantFailed, fmt.Sprintf("%v: the intent was not recorded: %v", ErrDevice, err)
+			return g
+		}
+	}
+	switch {
+	case !ok:
+		return g
+	case why != nil:
+		return m.failGrant(ctx, g, why)
+	}
+	return m.completeGrant(ctx, g, accepted)
+}
+
+// runAddDevice does the device side of an add: it returns exactly what
+// the host accepted, or why nothing was granted. ok is false when the
+// outcome is unknown (the device could not be asked) and is left to
+// reconcile.
+func (m *Manager) runAddDevice(ctx context.Context, g Grant, c Chunk, others, resumed bool) (accepted []cci.Extent, why error, ok bool) {
 	defer m.lockChunk(g.Chunk)()
 	defer m.lockHost(g.Host)()
 	events := m.watch(g.Host)
@@ -492,7 +537,7 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 		if others {
 			var err error
 			if shared, err = m.sharedWith(ctx, g); err != nil {
-				return m.failGrant(ctx, g, fmt.Errorf("%w: %v", ErrDevice, err))
+				return nil, fmt.Errorf("%w: %v", ErrDevice, err), true
 			}
 		}
 		err := m.sendAdd(ctx, g, c, shared)
@@ -505,7 +550,7 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 		}
 		if err != nil {
 			if !errors.Is(err, fabric.ErrTimeout) {
-				return m.failGrant(ctx, g, deviceErr(err))
+				return nil, deviceErr(err), true
 			}
 			// The command may or may not have reached the device: ask it.
 			m.log.Warn("add timed out, checking the device", "grant", g.ID, "err", err)
@@ -527,16 +572,16 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 				m.log.Warn("reading add status", "grant", g.ID, "err", err)
 			} else if st != addPending {
 				if st == addAccepted {
-					return m.completeGrant(ctx, g, exts)
+					return exts, nil, true
 				}
 				if !answered {
 					why := "the offer disappeared from the device without an answer from the host"
 					if m.resets.Load() != resets {
 						why = "the device reset and dropped the offer"
 					}
-					return m.failGrant(ctx, g, fmt.Errorf("%w: %s", ErrDevice, why))
+					return nil, fmt.Errorf("%w: %s", ErrDevice, why), true
 				}
-				return m.failGrant(ctx, g, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected))
+				return nil, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected), true
 			}
 		}
 		check = true
@@ -547,11 +592,12 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 			// the host accepted; only an answer that says nothing about
 			// this tag needs the device's lists to interpret.
 			if exts := withTag(ev.Extents, c.Tag); ev.Kind == fabric.EventAddResponse && len(exts) > 0 {
-				return m.completeGrant(ctx, g, exts)
+				return exts, nil, true
 			}
 		case <-time.After(250 * time.Millisecond):
 		case <-deadline.C:
-			return m.withdrawAdd(ctx, g, c)
+			why, ok := m.withdrawAdd(ctx, g, c)
+			return nil, why, ok
 		}
 	}
 }
@@ -629,18 +675,18 @@ func (m *Manager) sharedWith(ctx context.Context, g Grant) (bool, error) {
 // withdrawAdd forces back an offer the host never answered. Whatever the
 // host may have accepted in the meantime is removed too, so the outcome is
 // all-or-nothing: the grant fails and the capacity returns to the device.
-func (m *Manager) withdrawAdd(ctx context.Context, g Grant, c Chunk) Grant {
+func (m *Manager) withdrawAdd(ctx context.Context, g Grant, c Chunk) (why error, ok bool) {
 	req := fabric.ReleaseRequest{Host: uint16(g.Host), Policy: fabric.ReleaseTagBased, Forced: true, Sanitize: true, Length: c.Size, Tag: c.Tag}
 	err := m.retryBusy(ctx, func() error { return m.cfg.Device.Release(ctx, req) })
 	st, _, serr := m.addStatus(ctx, g.Host, c.Tag)
 	if serr == nil && st == addNone {
-		return m.failGrant(ctx, g, fmt.Errorf("%w: no answer within %s", ErrHostTimeout, m.cfg.AddTimeout))
+		return fmt.Errorf("%w: no answer within %s", ErrHostTimeout, m.cfg.AddTimeout), true
 	}
 	// The device still shows the tag: leave the grant adding; reconcile
 	// finishes it once the device answers again.
 	m.log.Error("could not withdraw an unanswered add", "grant", g.ID, "err", errors.Join(err, serr))
 	m.requestReconcile()
-	return g
+	return nil, false
 }
 
 // completeGrant records what the host accepted and returns the grant (as

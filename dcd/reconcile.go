@@ -16,6 +16,7 @@ type ReconcileReport struct {
 	Released  int // releasing → released: the device had finished
 	Lost      int // granted → lost: the device no longer holds the capacity
 	Resumed   int // flows still in progress on the device, now driven again
+	Adopted   int // accepted under a chunk's tag before the intent was durable
 	Orphans   int // capacity on the device no ledger row explains
 	Withdrawn int // pending offers nobody asked for, withdrawn
 }
@@ -51,8 +52,10 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		return rep, err
 	}
 	byID := make(map[ChunkID]Chunk, len(chunks))
+	chunkOf := make(map[cci.Tag]Chunk, len(chunks))
 	for _, c := range chunks {
 		byID[c.ID] = c
+		chunkOf[c.Tag] = c
 	}
 	grants, err := m.cfg.Ledger.Grants(ctx, GrantFilter{Active: true})
 	if err != nil {
@@ -82,7 +85,7 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		case GrantAdding:
 			switch {
 			case pending:
-				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, c, false, true) })
+				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, c, false, true, nil) })
 				rep.Resumed++
 			case len(held) > 0:
 				m.completeGrant(ctx, g, held)
@@ -124,17 +127,30 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 		}
 	}
 
-	// Accepted capacity nobody explains: keep it out of circulation.
+	// Accepted capacity no grant explains. Under a live chunk's tag it can
+	// only come from an add this FM sent while its intent was still being
+	// committed when it stopped: the host uses it, so adopt it. Anything
+	// else is kept out of circulation as an orphan.
 	onDevice := make(map[hostTag]bool)
 	for host, exts := range lists {
-		byTag := make(map[cci.Tag][]cci.Extent)
+		held := make(map[cci.Tag][]cci.Extent)
 		for _, e := range exts {
-			byTag[e.Tag] = append(byTag[e.Tag], e)
+			held[e.Tag] = append(held[e.Tag], e)
 		}
-		for tag, es := range byTag {
+		for tag, es := range held {
 			onDevice[hostTag{host, tag}] = true
 			if explained[hostTag{host, tag}] {
 				continue
+			}
+			if c, ok := chunkOf[tag]; ok {
+				ng, err := m.cfg.Ledger.AdoptGrant(ctx, c.ID, host, es)
+				if err == nil {
+					m.log.Warn("adopted capacity granted before its intent was durable", "grant", ng.ID, "chunk", c.ID, "host", host)
+					m.publish(Change{Kind: ChangeGrant, Chunk: c.ID, Host: host, Grant: &ng, Message: "granted"})
+					rep.Adopted++
+					continue
+				}
+				m.log.Error("cannot adopt capacity under a chunk's tag", "chunk", c.ID, "host", host, "err", err)
 			}
 			if err := m.cfg.Ledger.RecordOrphan(ctx, Orphan{Host: host, Tag: tag, Extents: es, Found: m.cfg.Clock()}); err != nil {
 				return rep, err
@@ -173,7 +189,7 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 	}
 	if rep != (ReconcileReport{}) {
 		m.log.Info("reconciled with the device", "granted", rep.Granted, "failed", rep.Failed, "released", rep.Released,
-			"lost", rep.Lost, "resumed", rep.Resumed, "orphans", rep.Orphans, "withdrawn", rep.Withdrawn)
+			"lost", rep.Lost, "resumed", rep.Resumed, "adopted", rep.Adopted, "orphans", rep.Orphans, "withdrawn", rep.Withdrawn)
 	}
 	return rep, nil
 }

@@ -67,6 +67,8 @@ func Run(t *testing.T, open func(t *testing.T) dcd.Ledger) {
 		{"CapacityFreedByDelete", s.testCapacityFreedByDelete},
 		{"DeleteChunk", s.testDeleteChunk},
 		{"BeginGrant", s.testBeginGrant},
+		{"BeginGrantChecked", s.testBeginGrantChecked},
+		{"AdoptGrant", s.testAdoptGrant},
 		{"Quota", s.testQuota},
 		{"Transitions", s.testTransitions},
 		{"TransitionNotFound", s.testTransitionNotFound},
@@ -141,7 +143,7 @@ func mustChunk(t *testing.T, l dcd.Ledger, region int, size uint64, sharable boo
 
 func mustGrant(t *testing.T, l dcd.Ledger, c dcd.ChunkID, h dcd.HostID) dcd.Grant {
 	t.Helper()
-	g, err := l.BeginGrant(t.Context(), c, h)
+	g, err := l.BeginGrant(t.Context(), c, h, nil)
 	if err != nil {
 		t.Fatalf("BeginGrant chunk %d host %d: %v", c, h, err)
 	}
@@ -468,7 +470,7 @@ func (s suite) testDeleteChunk(t *testing.T) {
 				t.Errorf("Chunks after delete: got %v, want none", chunks)
 			}
 			checkErr(t, "DeleteChunk again", l.DeleteChunk(ctx, c.ID), dcd.ErrNotFound)
-			_, err = l.BeginGrant(ctx, c.ID, 1)
+			_, err = l.BeginGrant(ctx, c.ID, 1, nil)
 			checkErr(t, "BeginGrant of a deleted chunk", err, dcd.ErrNotFound)
 			if got, err := l.Grant(ctx, g.ID); err != nil || got.State != st {
 				t.Errorf("Grant after chunk delete: got %v, %v, want state %s", got.State, err, st)
@@ -527,7 +529,7 @@ func (s suite) testBeginGrant(t *testing.T) {
 			if tc.chunk != 0 {
 				chunk = tc.chunk
 			}
-			g, err := l.BeginGrant(ctx, chunk, tc.host)
+			g, err := l.BeginGrant(ctx, chunk, tc.host, nil)
 			checkErr(t, "BeginGrant", err, tc.want...)
 			after, err := l.Grants(ctx, dcd.GrantFilter{})
 			checkErr(t, "Grants", err)
@@ -593,14 +595,14 @@ func (s suite) testQuota(t *testing.T) {
 				driveTo(t, l, mustChunk(t, l, Region0, 4*Block, false), 1, st)
 			}
 			c := mustChunk(t, l, Region0, tc.size, false)
-			_, err = l.BeginGrant(ctx, c.ID, 1)
+			_, err = l.BeginGrant(ctx, c.ID, 1, nil)
 			if tc.want == nil {
 				checkErr(t, "BeginGrant", err)
 			} else {
 				checkErr(t, "BeginGrant", err, tc.want)
 			}
 			// Quotas are per host: host 2 has none.
-			if _, err := l.BeginGrant(ctx, mustChunk(t, l, Region1, Block, false).ID, 2); err != nil {
+			if _, err := l.BeginGrant(ctx, mustChunk(t, l, Region1, Block, false).ID, 2, nil); err != nil {
 				t.Errorf("BeginGrant to host 2: got %v, want nil", err)
 			}
 		})
@@ -886,7 +888,7 @@ func (s suite) testConcurrency(t *testing.T) {
 					return
 				}
 				chunks[w] = append(chunks[w], c)
-				g, err := l.BeginGrant(ctx, c.ID, dcd.HostID(w))
+				g, err := l.BeginGrant(ctx, c.ID, dcd.HostID(w), nil)
 				if err != nil {
 					errs <- fmt.Errorf("worker %d chunk %d: BeginGrant: %w", w, i, err)
 					return
@@ -921,5 +923,64 @@ func (s suite) testConcurrency(t *testing.T) {
 					w, i, g.Chunk, g.State, g.Size(), c.ID, c.Size)
 			}
 		}
+	}
+}
+
+// testBeginGrantChecked: the checked callback hears the intent once, after
+// the admission checks and before BeginGrant returns, and never for a
+// refused grant.
+func (s suite) testBeginGrantChecked(t *testing.T) {
+	l := s.synced(t)
+	ctx := t.Context()
+	c := mustChunk(t, l, Region0, Block, false)
+	var heard []dcd.GrantIntent
+	g, err := l.BeginGrant(ctx, c.ID, 1, func(in dcd.GrantIntent) { heard = append(heard, in) })
+	checkErr(t, "BeginGrant", err)
+	if diff := cmp.Diff([]dcd.GrantIntent{g}, heard, ignoreTimes); diff != "" {
+		t.Errorf("checked heard (-want +got):\n%s", diff)
+	}
+	heard = nil
+	_, err = l.BeginGrant(ctx, c.ID, 2, func(in dcd.GrantIntent) { heard = append(heard, in) })
+	checkErr(t, "BeginGrant of a granted non-sharable chunk", err, dcd.ErrNotSharable)
+	if len(heard) != 0 {
+		t.Errorf("checked was called for a refused grant: %+v", heard)
+	}
+}
+
+// testAdoptGrant: capacity the device holds under a chunk's tag without a
+// committed intent is recorded as granted with exactly its extents, under
+// the same sharing rules as BeginGrant but without the quota check.
+func (s suite) testAdoptGrant(t *testing.T) {
+	l := s.synced(t)
+	ctx := t.Context()
+	c := mustChunk(t, l, Region0, 2*Block, false)
+	if err := l.SetHostQuota(ctx, 3, Block); err != nil {
+		t.Fatal(err)
+	}
+	exts := []cci.Extent{{DPA: Base0, Length: Block, Tag: c.Tag}, {DPA: Base0 + 4*Block, Length: Block, Tag: c.Tag}}
+	g, err := l.AdoptGrant(ctx, c.ID, 3, exts)
+	checkErr(t, "AdoptGrant", err)
+	got, err := l.Grant(ctx, g.ID)
+	checkErr(t, "Grant", err)
+	want := dcd.Grant{ID: g.ID, Chunk: c.ID, Host: 3, State: dcd.GrantGranted, Extents: exts, Reason: got.Reason}
+	if diff := cmp.Diff(want, got, ignoreTimes); diff != "" {
+		t.Errorf("adopted grant (-want +got):\n%s", diff)
+	}
+	if got.Reason == "" {
+		t.Errorf("adopted grant has no reason saying it was adopted")
+	}
+	for _, tc := range []struct {
+		name  string
+		chunk dcd.ChunkID
+		host  dcd.HostID
+		want  []error
+	}{
+		{"same host again", c.ID, 3, []error{dcd.ErrConflict}},
+		{"other host, not sharable", c.ID, 4, []error{dcd.ErrNotSharable, dcd.ErrConflict}},
+		{"unknown chunk", 999, 4, []error{dcd.ErrNotFound}},
+		{"unknown host", c.ID, NumHosts, []error{dcd.ErrNotFound}},
+	} {
+		_, err := l.AdoptGrant(ctx, tc.chunk, tc.host, exts)
+		checkErr(t, "AdoptGrant "+tc.name, err, tc.want...)
 	}
 }

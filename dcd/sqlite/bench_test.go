@@ -50,7 +50,7 @@ func BenchmarkBeginCompleteGrant(b *testing.B) {
 			}
 			b.ResetTimer()
 			for i, c := range chunks {
-				g, err := l.BeginGrant(ctx, c.ID, dcd.HostID(i%ledgertest.NumHosts))
+				g, err := l.BeginGrant(ctx, c.ID, dcd.HostID(i%ledgertest.NumHosts), nil)
 				if err != nil {
 					b.Fatal(err)
 				}

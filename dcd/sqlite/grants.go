@@ -17,47 +17,18 @@ const activeStates = `('adding', 'granted', 'releasing')`
 
 // BeginGrant writes the intent to add chunk to host (state adding). The
 // admission checks and the insert are one transaction.
-func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID) (dcd.GrantIntent, error) {
+func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, checked func(dcd.GrantIntent)) (dcd.GrantIntent, error) {
 	var g dcd.GrantIntent
+	called := false
 	err := l.tx(ctx, func(tx *sql.Tx) error {
-		c, err := getChunk(ctx, tx, chunk)
+		if called {
+			// The caller already acted on the first attempt's grant id;
+			// a re-run would insert another. Fail and let it undo.
+			return errRetryAfterChecked
+		}
+		c, h, holders, err := admit(ctx, tx, chunk, host)
 		if err != nil {
 			return err
-		}
-		h, err := getHost(ctx, tx, host)
-		if err != nil {
-			return err
-		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, host, state FROM grants WHERE chunk = ? AND state IN `+activeStates+` ORDER BY id`, chunk)
-		if err != nil {
-			return err
-		}
-		type holder struct {
-			id    dcd.GrantID
-			host  dcd.HostID
-			state dcd.GrantState
-		}
-		var holders []holder
-		for rows.Next() {
-			var x holder
-			if err := rows.Scan(&x.id, &x.host, &x.state); err != nil {
-				rows.Close()
-				return err
-			}
-			holders = append(holders, x)
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		for _, x := range holders {
-			if x.host == host {
-				return fmt.Errorf("host already has grant %d (%s) of the chunk: %w", x.id, x.state, dcd.ErrConflict)
-			}
-		}
-		if len(holders) > 0 && !c.Sharable {
-			return fmt.Errorf("chunk is granted to host %d (grant %d): %w: %w",
-				holders[0].host, holders[0].id, dcd.ErrNotSharable, dcd.ErrConflict)
 		}
 		if h.Quota > 0 {
 			var held int64
@@ -79,7 +50,11 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 		g = dcd.GrantIntent{
 			Grant:  dcd.Grant{ID: dcd.GrantID(id), Chunk: chunk, Host: host, State: dcd.GrantAdding, Created: now, Updated: now},
 			Chunk:  c,
-			Others: len(holders) > 0,
+			Others: holders > 0,
+		}
+		if err == nil && checked != nil {
+			called = true
+			checked(g)
 		}
 		return err
 	})
@@ -87,6 +62,88 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 		return dcd.GrantIntent{}, fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
 	}
 	return g, nil
+}
+
+// errRetryAfterChecked stops a busy retry of a BeginGrant whose caller has
+// already been told the checks passed.
+var errRetryAfterChecked = errors.New("the database was busy after the device command started")
+
+// AdoptGrant records capacity the device holds for host under chunk's tag
+// that no committed intent explains, as granted with exactly extents.
+func (l *Ledger) AdoptGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, extents []cci.Extent) (dcd.Grant, error) {
+	var g dcd.Grant
+	err := l.tx(ctx, func(tx *sql.Tx) error {
+		if _, _, _, err := admit(ctx, tx, chunk, host); err != nil {
+			return err
+		}
+		now := l.now()
+		res, err := tx.ExecContext(ctx, `INSERT INTO grants (chunk, host, state, reason, created, updated) VALUES (?, ?, ?, ?, ?, ?)`,
+			chunk, host, dcd.GrantGranted, "adopted from the device after a restart", unixNano(now), unixNano(now))
+		if err != nil {
+			return err
+		}
+		id, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
+		if err := insertExtents(ctx, tx, dcd.GrantID(id), extents); err != nil {
+			return err
+		}
+		g = dcd.Grant{ID: dcd.GrantID(id), Chunk: chunk, Host: host, State: dcd.GrantGranted,
+			Extents: slices.Clone(extents), Reason: "adopted from the device after a restart", Created: now, Updated: now}
+		return nil
+	})
+	if err != nil {
+		return dcd.Grant{}, fmt.Errorf("ledger: adopt grant chunk %d host %d: %w", chunk, host, err)
+	}
+	return g, nil
+}
+
+// admit applies the rules every new grant of chunk to host must pass: both
+// exist, the host has no active grant of the chunk, and a non-sharable
+// chunk has no active grant to another host. It returns how many other
+// active grants the chunk has.
+func admit(ctx context.Context, tx *sql.Tx, chunk dcd.ChunkID, host dcd.HostID) (dcd.Chunk, dcd.Host, int, error) {
+	c, err := getChunk(ctx, tx, chunk)
+	if err != nil {
+		return c, dcd.Host{}, 0, err
+	}
+	h, err := getHost(ctx, tx, host)
+	if err != nil {
+		return c, h, 0, err
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT id, host, state FROM grants WHERE chunk = ? AND state IN `+activeStates+` ORDER BY id`, chunk)
+	if err != nil {
+		return c, h, 0, err
+	}
+	type holder struct {
+		id    dcd.GrantID
+		host  dcd.HostID
+		state dcd.GrantState
+	}
+	var holders []holder
+	for rows.Next() {
+		var x holder
+		if err := rows.Scan(&x.id, &x.host, &x.state); err != nil {
+			rows.Close()
+			return c, h, 0, err
+		}
+		holders = append(holders, x)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return c, h, 0, err
+	}
+	for _, x := range holders {
+		if x.host == host {
+			return c, h, 0, fmt.Errorf("host already has grant %d (%s) of the chunk: %w", x.id, x.state, dcd.ErrConflict)
+		}
+	}
+	if len(holders) > 0 && !c.Sharable {
+		return c, h, 0, fmt.Errorf("chunk is granted to host %d (grant %d): %w: %w",
+			holders[0].host, holders[0].id, dcd.ErrNotSharable, dcd.ErrConflict)
+	}
+	return c, h, len(holders), nil
 }
 
 // CompleteGrant moves adding → granted, recording exactly extents.
@@ -177,11 +234,8 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 			if _, err := tx.ExecContext(ctx, `DELETE FROM extents WHERE grant_id = ?`, id); err != nil {
 				return err
 			}
-			for i, e := range m.extents {
-				if _, err := tx.ExecContext(ctx, `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`,
-					id, i, i64(e.DPA), i64(e.Length), e.Tag[:], e.SharedSeq); err != nil {
-					return fmt.Errorf("extent %d: %w", i, err)
-				}
+			if err := insertExtents(ctx, tx, id, m.extents); err != nil {
+				return err
 			}
 			g.Extents = slices.Clone(m.extents)
 		}
@@ -191,6 +245,17 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 		return dcd.Grant{}, fmt.Errorf("ledger: %s %d: %w", op, id, err)
 	}
 	return g, nil
+}
+
+// insertExtents records a grant's extents in their order.
+func insertExtents(ctx context.Context, tx *sql.Tx, id dcd.GrantID, extents []cci.Extent) error {
+	for i, e := range extents {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`,
+			id, i, i64(e.DPA), i64(e.Length), e.Tag[:], e.SharedSeq); err != nil {
+			return fmt.Errorf("extent %d: %w", i, err)
+		}
+	}
+	return nil
 }
 
 func joinStates(states []dcd.GrantState) string {

@@ -11,11 +11,11 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"database/sql/driver"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"os"
 	"strings"
 	"time"
 
@@ -31,9 +31,10 @@ type Options struct {
 	Logger *slog.Logger
 	// Clock stamps rows; nil means time.Now.
 	Clock func() time.Time
-	// Synchronous is the SQLite synchronous level: "FULL" (the default,
-	// a committed grant survives power loss) or "NORMAL" (WAL commits are
-	// not fsynced; a power loss may undo the last transactions).
+	// Synchronous is the durability of a commit: "FULL" (the default, a
+	// committed intent survives power loss: the WAL is fsynced after each
+	// commit, exactly as SQLite's synchronous=FULL does) or "NORMAL" (WAL
+	// commits are not fsynced; a power loss may undo the last ones).
 	Synchronous string
 }
 
@@ -43,7 +44,9 @@ type Ledger struct {
 	db    *sql.DB
 	log   *slog.Logger
 	clock func() time.Time
-	sync  string // the configured synchronous level
+	// durable: fsync the WAL after every commit except relaxed ones.
+	durable bool
+	walPath string
 }
 
 var _ dcd.Ledger = (*Ledger)(nil)
@@ -69,8 +72,8 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if l.clock == nil {
 		l.clock = time.Now
 	}
-	dsn, sync, err := dataSourceName(path, opts.Synchronous)
-	l.sync = sync
+	dsn, level, err := dataSourceName(path, opts.Synchronous)
+	l.durable, l.walPath = level == "FULL", path+"-wal"
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
@@ -107,7 +110,10 @@ func dataSourceName(path, synchronous string) (dsn, level string, err error) {
 	q := url.Values{}
 	q.Set("_busy_timeout", fmt.Sprint(busyTimeout.Milliseconds()))
 	q.Set("_journal_mode", "WAL")
-	q.Set("_synchronous", synchronous)
+	// The connection itself never waits for the disk: durable commits
+	// fsync the WAL themselves (syncWAL), so that outcomes reconcile can
+	// rebuild commit without an fsync and without switching pragmas.
+	q.Set("_synchronous", "NORMAL")
 	q.Set("_foreign_keys", "on")
 	q.Set("_txlock", "immediate")
 	return path + "?" + q.Encode(), synchronous, nil
@@ -142,7 +148,36 @@ func (l *Ledger) Ping(ctx context.Context) error {
 // longer than the busy timeout) is retried a few times from the start, so fn
 // must not have effects outside tx.
 func (l *Ledger) tx(ctx context.Context, fn func(*sql.Tx) error) error {
-	return l.run(ctx, nil, fn)
+	if err := l.run(ctx, nil, fn); err != nil {
+		return err
+	}
+	return l.syncWAL()
+}
+
+// syncWAL makes every commit so far durable: in WAL mode a commit is frames
+// appended to the -wal file, so one fsync of it is what synchronous=FULL
+// does at each commit. The file is opened by name each time, because
+// SQLite may recreate it; a missing file means everything is already
+// checkpointed into the database, which SQLite syncs when it checkpoints.
+func (l *Ledger) syncWAL() error {
+	if !l.durable {
+		return nil
+	}
+	f, err := os.OpenFile(l.walPath, os.O_RDWR, 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("sync the write-ahead log: %w", err)
+	}
+	err = f.Sync()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("sync the write-ahead log: %w", err)
+	}
+	return nil
 }
 
 // read runs fn in one read transaction, so multi-query reads see one
@@ -151,49 +186,20 @@ func (l *Ledger) read(ctx context.Context, fn func(*sql.Tx) error) error {
 	return l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
 }
 
-// relaxedTx runs fn in one write transaction that commits without waiting
-// for fsync (synchronous=NORMAL for this transaction only). It is for
-// outcomes that reconcile rebuilds from the device after a power loss (a
-// host accepted, refused or released capacity), never for intents: WAL
-// frames are appended in order, so the next durable commit or checkpoint
-// persists the relaxed ones too, and a power cut can only roll the ledger
-// back to the intent, which reconcile completes the same way. This halves
-// the fsyncs of a grant.
+// relaxedTx runs fn in one write transaction whose commit does not wait
+// for the disk. It is for outcomes that reconcile rebuilds from the device
+// after a power loss (a host accepted, refused or released capacity),
+// never for intents: WAL frames are appended in order, so the next durable
+// commit or checkpoint persists the relaxed ones too, and a power cut can
+// only roll the ledger back to the intent, which reconcile completes the
+// same way. This halves the fsyncs of a grant.
 func (l *Ledger) relaxedTx(ctx context.Context, fn func(*sql.Tx) error) error {
-	if l.sync != "FULL" {
-		return l.tx(ctx, fn)
-	}
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Close()
-	if _, err := conn.ExecContext(ctx, "PRAGMA synchronous = NORMAL"); err != nil {
-		return err
-	}
-	defer func() {
-		// The connection must never go back to the pool relaxed: if the
-		// pragma cannot be restored, discard the connection.
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "PRAGMA synchronous = FULL"); err != nil {
-			l.log.Error("ledger: restoring synchronous=FULL, dropping connection", "err", err)
-			conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	return l.runOn(ctx, conn, nil, fn)
-}
-
-// beginner is a *sql.DB or a pinned *sql.Conn.
-type beginner interface {
-	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+	return l.run(ctx, nil, fn)
 }
 
 func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
-	return l.runOn(ctx, l.db, opts, fn)
-}
-
-func (l *Ledger) runOn(ctx context.Context, db beginner, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		err := runOnce(ctx, db, opts, fn)
+		err := runOnce(ctx, l.db, opts, fn)
 		if err == nil || !isBusy(err) || attempt > busyRetries {
 			return err
 		}
@@ -208,7 +214,7 @@ func (l *Ledger) runOn(ctx context.Context, db beginner, opts *sql.TxOptions, fn
 	}
 }
 
-func runOnce(ctx context.Context, db beginner, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+func runOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
 	tx, err := db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
