@@ -2,12 +2,17 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"cxlpool/api/apitest"
 )
@@ -25,6 +30,16 @@ var knownPaths = []string{
 	"/redfish/v1/EventService", "/redfish/v1/EventService/Subscriptions", "/redfish/v1/EventService/Subscriptions/1",
 	"/redfish/v1/Registries", "/redfish/v1/Registries/Base.1.22.1", "/metrics", "/nope", "/redfish/v1/%zz",
 	"/redfish/v1/AccountService/Accounts/99999999999999999999999",
+	"/redfish/v1/Chassis", "/redfish/v1/Chassis/Pool", "/redfish/v1/Chassis/Pool/PCIeDevices/DCD",
+	"/redfish/v1/Chassis/Pool/PCIeDevices/DCD/CXLLogicalDevices/0/MemoryRegions/0",
+	"/redfish/v1/Chassis/Pool/PCIeDevices/DCD/CXLLogicalDevices/65536",
+	"/redfish/v1/Chassis/Pool/FabricAdapters/DCD/Ports/0", "/redfish/v1/Chassis/Pool/MemoryDomains/Pool",
+	"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks", "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/1",
+	"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/2", "/redfish/v1/Fabrics/CXL",
+	"/redfish/v1/Fabrics/CXL/Endpoints/Host0", "/redfish/v1/Fabrics/CXL/Endpoints/DCD-LD01", "/redfish/v1/Fabrics/CXL/Zones/Host1",
+	"/redfish/v1/Fabrics/CXL/Connections", "/redfish/v1/Fabrics/CXL/Connections/1", "/redfish/v1/Fabrics/CXL/Connections/2",
+	"/redfish/v1/Systems", "/redfish/v1/Systems/Host0/Memory", "/redfish/v1/Systems/Host0/Memory/1", "/redfish/v1/Systems/Host01",
+	"/redfish/v1/UpdateService/FirmwareInventory/FM",
 }
 
 var queries = []string{"", "?$top=2", "?$skip=1&$top=1", "?$select=Id,Name", "?$expand=.", "?$expand=*($levels=9)",
@@ -33,7 +48,14 @@ var queries = []string{"", "?$top=2", "?$skip=1&$top=1", "?$select=Id,Name", "?$
 var bodies = []string{"", "{}", "null", "[]", `{"UserName":"u1","Password":"password-12","RoleId":"ReadOnly"}`,
 	`{"SessionTimeout":60}`, `{"SessionTimeout":"x"}`, `{"Password":"x"}`, `{"Destination":"http://127.0.0.1:1/x","Protocol":"Redfish"}`,
 	`{"Oem":{"CxlPool":{"SystemId":"Host9"}}}`, `{"Locked":false}`, `{"RoleId":"HostUser"}`, "\x00\xff", `{"a":`,
-	`{"UserName":"admin","Password":"admin-password-1"}`, `{"AccountLockoutThreshold":0}`, `{"Enabled":false}`}
+	`{"UserName":"admin","Password":"admin-password-1"}`, `{"AccountLockoutThreshold":0}`, `{"Enabled":false}`,
+	`{"MemoryChunkSizeMiB":256,"AddressRangeType":"Volatile"}`, `{"MemoryChunkSizeMiB":256,"Oem":{"CxlPool":{"Sharable":true,"Region":1}}}`,
+	`{"MemoryChunkSizeMiB":-1}`, `{"MemoryChunkSizeMiB":9e99}`, `{"MemoryChunkSizeMiB":256,"Oem":{"CxlPool":{"Region":-5}}}`,
+	`{"MemoryChunkSizeMiB":256,"Oem":{"CxlPool":null}}`, `{"MemoryChunkSizeMiB":256,"Oem":[]}`,
+	`{"ConnectionType":"Memory","MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/1"}}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host0"}]}}`,
+	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/2"}}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host1"},{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host2"}]}}`,
+	`{"MemoryChunkInfo":[{"MemoryChunk":null}],"Links":{"InitiatorEndpoints":[{}]}}`, `{"MemoryChunkInfo":[{}],"Links":[]}`,
+	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":7}}],"Links":{"InitiatorEndpoints":"Host0"}}`}
 
 var methods = []string{"GET", "HEAD", "POST", "PATCH", "PUT", "DELETE", "OPTIONS", "TRACE", "PROPFIND", "X"}
 
@@ -130,5 +152,107 @@ func TestRandomRequests(t *testing.T) {
 			strings.HasPrefix(target, "/redfish/v1/") && !strings.Contains(target, "Registries/Base") && !strings.Contains(target, "/odata") {
 			apitest.Validate(t, rec.Body.Bytes())
 		}
+	}
+}
+
+// capacityWrites are the capacity routes that take bodies or change
+// state, with their method and a body valid for them, for mutation.
+var capacityWrites = []struct{ method, path, body string }{
+	{"POST", "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks",
+		`{"MemoryChunkSizeMiB":256,"AddressRangeType":"Volatile","DisplayName":"x","Oem":{"CxlPool":{"Sharable":true,"Region":1,"Name":"x"}}}`},
+	{"POST", "/redfish/v1/Fabrics/CXL/Connections",
+		`{"ConnectionType":"Memory","MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/1"},"AccessCapabilities":["Read","Write"]}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host0"},{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host1"}],"TargetEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/DCD-LD0"}]}}`},
+	{"POST", "/redfish/v1/Fabrics/CXL/Connections",
+		`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/2"}}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host0"}]}}`},
+	{"DELETE", "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/3", ""},
+	{"DELETE", "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/4", ""},
+	{"DELETE", "/redfish/v1/Fabrics/CXL/Connections/1", ""},
+	{"DELETE", "/redfish/v1/Fabrics/CXL/Connections/2", ""},
+	{"DELETE", "/redfish/v1/Fabrics/CXL/Connections/3", ""},
+}
+
+// strange are JSON values to put where a valid body has something else.
+var strange = []any{nil, "", "x", -1, 0, 1, 1.5, 1e300, "9999999999999999999999", true, []any{}, []any{nil},
+	map[string]any{}, map[string]any{"@odata.id": nil}, "/redfish/v1/Fabrics/CXL/Endpoints/Host99",
+	"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/0", strings.Repeat("a", 300), "\u0000"}
+
+// mutate replaces one randomly chosen value (or key) in a JSON document.
+func mutate(rng *rand.Rand, v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		if len(x) == 0 || rng.IntN(6) == 0 {
+			x[fmt.Sprint("K", rng.IntN(3))] = strange[rng.IntN(len(strange))]
+			return x
+		}
+		keys := slices.Sorted(maps.Keys(x))
+		k := keys[rng.IntN(len(keys))]
+		if rng.IntN(3) == 0 {
+			x[k] = strange[rng.IntN(len(strange))]
+		} else {
+			x[k] = mutate(rng, x[k])
+		}
+		return x
+	case []any:
+		if len(x) == 0 || rng.IntN(4) == 0 {
+			return append(x, strange[rng.IntN(len(strange))])
+		}
+		i := rng.IntN(len(x))
+		x[i] = mutate(rng, x[i])
+		return x
+	}
+	return strange[rng.IntN(len(strange))]
+}
+
+// TestRandomCapacityRequests sends mutated versions of valid reserve and
+// connect bodies, and deletes, to the capacity write routes as every kind
+// of principal: no 5xx, every error a registry one. Valid requests do
+// reach the device, so the flows run under the random traffic too.
+func TestRandomCapacityRequests(t *testing.T) {
+	env := apitest.NewServer(t)
+	rng := rand.New(rand.NewPCG(3, 4))
+	// Chunk 1 (sharable, the admin's) and chunk 2 (Host0's) exist at
+	// first, so that valid connects do start grants.
+	for _, auth := range []int{1, 2} {
+		if rec := serve(env, http.MethodPost, capacityWrites[0].path, []byte(capacityWrites[0].body), auth); rec.Code != http.StatusCreated {
+			t.Fatalf("seed chunk: %d %s", rec.Code, rec.Body)
+		}
+	}
+	statuses := map[int]int{}
+	for range 400 {
+		w := capacityWrites[rng.IntN(len(capacityWrites))]
+		body := []byte(w.body)
+		switch r := rng.IntN(8); {
+		case w.body != "" && r < 5:
+			var v any
+			if err := json.Unmarshal(body, &v); err != nil {
+				t.Fatal(err)
+			}
+			for range 1 + rng.IntN(3) {
+				v = mutate(rng, v)
+			}
+			body, _ = json.Marshal(v)
+		case r == 5:
+			body = body[:rng.IntN(len(body)+1)]
+		}
+		method := w.method
+		if rng.IntN(10) == 0 {
+			method = []string{http.MethodPatch, http.MethodPut, http.MethodGet, http.MethodPost, http.MethodDelete}[rng.IntN(5)]
+		}
+		// Mostly authorised principals (admin, Host0, reader), some
+		// anonymous.
+		rec := serve(env, method, w.path, body, []int{1, 1, 2, 2, 3, 0}[rng.IntN(6)])
+		checkNo5xx(t, method, w.path, rec)
+		statuses[rec.Code]++
+	}
+	t.Logf("statuses: %v", statuses)
+	// Whatever the traffic started must settle without a 5xx.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := env.App.Manager.Settle(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks?$expand=.",
+		"/redfish/v1/Fabrics/CXL/Connections?$expand=.", "/redfish/v1/Chassis/Pool/MemoryDomains/Pool"} {
+		env.Admin.GetOK(p)
 	}
 }

@@ -102,6 +102,45 @@ type Collection struct {
 	// Expand returns the member at uri for $expand. Set it only where
 	// expansion is cheap (in memory, or one query); nil ignores $expand.
 	Expand func(uri string) (any, error)
+	// Rendered, if set, is RenderCollection of this same collection: the
+	// representation without query options, encoded once by a handler
+	// that serves the collection unchanged to many requests.
+	Rendered *Rendered
+}
+
+// Rendered is a collection's representation without query options,
+// encoded once with its ETag.
+type Rendered struct {
+	body []byte
+	etag string
+}
+
+// RenderCollection encodes col as WriteCollection answers a request
+// without query options, for Collection.Rendered.
+func RenderCollection(col Collection) (*Rendered, error) {
+	members := make([]any, len(col.Members))
+	for i, u := range col.Members {
+		members[i] = Link(u)
+	}
+	b, err := encodeJSON(collectionBody(col, members, ""))
+	if err != nil {
+		return nil, err
+	}
+	return &Rendered{body: b, etag: ETag(b)}, nil
+}
+
+func collectionBody(col Collection, members []any, nextLink string) Obj {
+	body := Obj{
+		"@odata.id":           col.ODataID,
+		"@odata.type":         col.ODataType,
+		"Name":                col.Name,
+		"Members":             members,
+		"Members@odata.count": len(col.Members),
+	}
+	if nextLink != "" {
+		body["Members@odata.nextLink"] = nextLink
+	}
+	return body
 }
 
 // WriteCollection answers with a collection: $top/$skip paging with
@@ -111,6 +150,13 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	q, qerr := parseQuery(c)
 	if qerr != nil {
 		return qerr
+	}
+	if r := col.Rendered; r != nil && !q.paged() && !q.expand && len(q.sel) == 0 {
+		c.Response().Header().Set("ETag", r.etag)
+		if etagMatches(c.Request().Header.Get("If-None-Match"), r.etag) {
+			return c.NoContent(http.StatusNotModified)
+		}
+		return s.writeJSON(c, http.StatusOK, r.body)
 	}
 	total := len(col.Members)
 	page := col.Members
@@ -136,17 +182,11 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 		}
 		members = append(members, Link(u))
 	}
-	body := Obj{
-		"@odata.id":           col.ODataID,
-		"@odata.type":         col.ODataType,
-		"Name":                col.Name,
-		"Members":             members,
-		"Members@odata.count": total,
-	}
+	nextLink := ""
 	if next := skip + len(page); q.hasTop && next < total {
-		body["Members@odata.nextLink"] = col.ODataID + "?$skip=" + strconv.Itoa(next) + "&$top=" + strconv.Itoa(q.top)
+		nextLink = col.ODataID + "?$skip=" + strconv.Itoa(next) + "&$top=" + strconv.Itoa(q.top)
 	}
-	b, err := encodeJSON(body)
+	b, err := encodeJSON(collectionBody(col, members, nextLink))
 	if err != nil {
 		return ErrInternal(err)
 	}

@@ -42,6 +42,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"cxlpool/dcd"
+	"cxlpool/fabric"
 )
 
 // Config holds the service's dependencies and policy knobs. Zero values
@@ -49,6 +50,11 @@ import (
 type Config struct {
 	// Manager is the capacity manager the resources are views of.
 	Manager *dcd.Manager
+	// Device is the link to the device the Manager drives, for the reads
+	// the Manager does not offer (per-LD extent lists, shown by
+	// MemoryRegion). Optional: without it MemoryExtents come from the
+	// ledger's record of what each host accepted.
+	Device fabric.Device
 	// DataDir holds accounts.db and tls/.
 	DataDir string
 	Logger  *slog.Logger
@@ -149,10 +155,11 @@ type Server struct {
 	// routeErrs collects registration mistakes for New to report.
 	routeErrs []error
 
-	auth    *authenticator
-	tasks   *taskEngine
-	bus     *bus
-	metrics *metrics
+	auth     *authenticator
+	tasks    *taskEngine
+	bus      *bus
+	metrics  *metrics
+	capacity *capacity // the pool resources' shared state (capacity.go)
 
 	uuid     string
 	credNote string
@@ -234,6 +241,21 @@ func (s *Server) routes() []func() {
 		s.taskRoutes,
 		s.eventRoutes,
 		s.metricsRoutes,
+		s.capacitySetup,
+		s.chassisRoutes,
+		s.pcieDeviceRoutes,
+		s.logicalDeviceRoutes,
+		s.memoryRegionRoutes,
+		s.fabricAdapterRoutes,
+		s.memoryDomainRoutes,
+		s.memoryChunkRoutes,
+		s.fabricRoutes,
+		s.endpointRoutes,
+		s.zoneRoutes,
+		s.connectionRoutes,
+		s.systemRoutes,
+		s.systemMemoryRoutes,
+		s.updateServiceRoutes,
 	}
 }
 

@@ -73,6 +73,14 @@ CREATE TABLE subscriptions (
 	owner             TEXT NOT NULL,
 	created           INTEGER NOT NULL
 ) STRICT;
+`, `
+-- chunk_owners records which host reserved a chunk itself (chunkowners.go).
+CREATE TABLE chunk_owners (
+	chunk_id INTEGER PRIMARY KEY,
+	tag      BLOB NOT NULL CHECK (length(tag) = 16),
+	host_id  INTEGER NOT NULL CHECK (host_id BETWEEN 0 AND 65535),
+	created  INTEGER NOT NULL
+) STRICT;
 `}
 
 // Account is a local user account.

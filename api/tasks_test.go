@@ -276,7 +276,7 @@ func TestEventLog(t *testing.T) {
 	wantStatus(t, "cleared entry", env.Admin.Get(first), http.StatusNotFound, "ResourceNotFound")
 }
 
-func mustJSON(t *testing.T, v any) []byte {
+func mustJSON(t testing.TB, v any) []byte {
 	t.Helper()
 	b, err := json.Marshal(v)
 	if err != nil {

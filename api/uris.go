@@ -15,17 +15,62 @@ const (
 	MemoryDomainURI = ChassisURI + "/MemoryDomains/Pool"
 	FabricURI       = "/redfish/v1/Fabrics/CXL"
 	SystemsURI      = "/redfish/v1/Systems"
+
+	ChassisCollectionURI = "/redfish/v1/Chassis"
+	PCIeDevicesURI       = ChassisURI + "/PCIeDevices"
+	LogicalDevicesURI    = DCDURI + "/CXLLogicalDevices"
+	MemoryDomainsURI     = ChassisURI + "/MemoryDomains"
+	ChunksURI            = MemoryDomainURI + "/MemoryChunks"
+	FabricAdaptersURI    = ChassisURI + "/FabricAdapters"
+	FabricAdapterURI     = FabricAdaptersURI + "/DCD"
+	PortsURI             = FabricAdapterURI + "/Ports"
+	FabricsURI           = "/redfish/v1/Fabrics"
+	EndpointsURI         = FabricURI + "/Endpoints"
+	ZonesURI             = FabricURI + "/Zones"
+	ConnectionsURI       = FabricURI + "/Connections"
+	UpdateServiceURI     = "/redfish/v1/UpdateService"
+	FirmwareInventoryURI = UpdateServiceURI + "/FirmwareInventory"
 )
+
+// targetPrefix starts the Id of an LD's target endpoint ("DCD-LD3").
+const targetPrefix = "DCD-LD"
 
 // ChunkURI is the MemoryChunks resource of a chunk.
 func ChunkURI(id dcd.ChunkID) string {
-	return MemoryDomainURI + "/MemoryChunks/" + strconv.FormatInt(int64(id), 10)
+	return ChunksURI + "/" + strconv.FormatInt(int64(id), 10)
 }
 
 // ConnectionURI is the Connection resource of a grant.
 func ConnectionURI(id dcd.GrantID) string {
-	return FabricURI + "/Connections/" + strconv.FormatInt(int64(id), 10)
+	return ConnectionsURI + "/" + strconv.FormatInt(int64(id), 10)
 }
 
 // SystemURI is the ComputerSystem of a host.
 func SystemURI(h dcd.HostID) string { return SystemsURI + "/" + SystemID(h) }
+
+// SystemMemoryURI is the Memory a host sees for a chunk granted to it.
+func SystemMemoryURI(h dcd.HostID, c dcd.ChunkID) string {
+	return SystemURI(h) + "/Memory/" + strconv.FormatInt(int64(c), 10)
+}
+
+// LogicalDeviceURI is the CXLLogicalDevice of a host's LD (Id: the LD-ID).
+func LogicalDeviceURI(h dcd.HostID) string {
+	return LogicalDevicesURI + "/" + strconv.Itoa(int(h))
+}
+
+// MemoryRegionURI is DC region n as seen through a host's LD.
+func MemoryRegionURI(h dcd.HostID, n int) string {
+	return LogicalDeviceURI(h) + "/MemoryRegions/" + strconv.Itoa(n)
+}
+
+// InitiatorURI is a host's initiator Endpoint (Id: its SystemID).
+func InitiatorURI(h dcd.HostID) string { return EndpointsURI + "/" + SystemID(h) }
+
+// TargetURI is the target Endpoint of a host's LD ("DCD-LD<LD>").
+func TargetURI(h dcd.HostID) string { return EndpointsURI + "/" + targetPrefix + strconv.Itoa(int(h)) }
+
+// ZoneURI is the zone of a host's initiator and its LD's target.
+func ZoneURI(h dcd.HostID) string { return ZonesURI + "/" + SystemID(h) }
+
+// PortURI is the device's host-facing port with the given port number.
+func PortURI(port uint8) string { return PortsURI + "/" + strconv.Itoa(int(port)) }

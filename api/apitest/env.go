@@ -61,6 +61,9 @@ type Options struct {
 	Sim func(*sim.Config)
 	// Log receives the daemon's logs (discarded if nil).
 	Log io.Writer
+	// AddTimeout is how long a host may take to accept offered capacity
+	// (2 s if zero); tests of hosts that never answer shorten it.
+	AddTimeout time.Duration
 }
 
 // Env is a running service with clients.
@@ -106,8 +109,12 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		o.Sim(&scfg)
 	}
 	dir := t.TempDir()
+	addTimeout := o.AddTimeout
+	if addTimeout <= 0 {
+		addTimeout = 2 * time.Second
+	}
 	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: dir, Sim: scfg,
-		Logger: log, AddTimeout: 2 * time.Second, ReleaseTimeout: 2 * time.Second, Synchronous: "NORMAL"})
+		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: 2 * time.Second, Synchronous: "NORMAL"})
 	if err != nil {
 		cancel()
 		t.Fatalf("appliance.Open: %v", err)
@@ -119,7 +126,7 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 	}
 	clock := NewClock(time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC))
 	cfg := api.Config{
-		Manager: app.Manager, DataDir: dir, Logger: log, Clock: clock.Now,
+		Manager: app.Manager, Device: app.Device, DataDir: dir, Logger: log, Clock: clock.Now,
 		AdminPassword: AdminPassword, FirmwareVersion: "test-1.0", BcryptCost: bcrypt.MinCost,
 		PushRetryInterval: 10 * time.Millisecond,
 	}

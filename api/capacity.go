@@ -1,0 +1,441 @@
+package api
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric"
+	"cxlpool/fabric/cci"
+)
+
+// The capacity resources (Chassis, PCIeDevices, MemoryDomains, Fabrics,
+// Systems, UpdateService and what hangs below them) are views of one
+// snapshot of the pool: the device model the Manager keeps (Box) and the
+// ledger's hosts, chunks, active grants and orphans. This file holds that
+// snapshot, its cache, the record of which host reserved which chunk, and
+// the helpers the resource files share.
+
+// viewMaxAge bounds how long a snapshot is trusted without a change
+// notification: the Manager drops notifications for a subscriber that
+// falls behind, so a missed one must not leave a view stale for long.
+const viewMaxAge = time.Second
+
+// mebibyte is the unit of every *MiB property.
+const mebibyte = 1 << 20
+
+// capacity is the pool resources' shared state.
+type capacity struct {
+	s *Server
+
+	// gen counts changes: the Manager's notifications, and the service's
+	// own writes (which bump it synchronously, so that a client reading
+	// after its own change never sees the view from before it).
+	gen   atomic.Uint64
+	mu    sync.Mutex
+	view  *poolView
+	vgen  uint64
+	built time.Time
+
+	// reserveMu makes a host's quota check and reservation one step.
+	reserveMu sync.Mutex
+
+	omu    sync.RWMutex
+	owners map[dcd.ChunkID]chunkOwner
+}
+
+// chunkOwner records that a host reserved a chunk itself: the host sees
+// it (and may connect or delete it) before it holds any of it. The tag
+// makes the record specific to that chunk even if a wiped ledger reuses
+// its Id.
+type chunkOwner struct {
+	host dcd.HostID
+	tag  cci.Tag
+}
+
+// capacitySetup prepares the capacity resources' state: the chunk owner
+// records, change notifications that invalidate the cached view, and the
+// pool gauges. Without a Manager there is no pool and none of the
+// capacity resources is served.
+func (s *Server) capacitySetup() {
+	if s.mgr == nil {
+		return
+	}
+	owners, err := s.store.ChunkOwners(s.ctx)
+	if err != nil {
+		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: chunk owners: %w", err))
+		return
+	}
+	c := &capacity{s: s, owners: owners}
+	s.capacity = c
+	ch, cancel := s.mgr.Subscribe(1024)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer cancel()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case _, ok := <-ch:
+				if !ok {
+					return
+				}
+				c.invalidate()
+			}
+		}
+	}()
+	if err := s.Metrics().Register(&poolCollector{s: s}); err != nil {
+		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: pool gauges: %w", err))
+	}
+}
+
+func (c *capacity) invalidate() { c.gen.Add(1) }
+
+// snapshot returns the current view, rebuilding it when something changed
+// since it was built (or it is older than viewMaxAge).
+func (c *capacity) snapshot(ctx context.Context) (*poolView, error) {
+	g := c.gen.Load()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.view != nil && c.vgen == g && time.Since(c.built) < viewMaxAge {
+		return c.view, nil
+	}
+	v, err := buildView(ctx, c.s.mgr)
+	if err != nil {
+		return nil, err
+	}
+	c.view, c.vgen, c.built = v, g, time.Now()
+	return v, nil
+}
+
+// owner returns the host that reserved chunk ch, if a host did.
+func (c *capacity) owner(ch dcd.Chunk) (dcd.HostID, bool) {
+	c.omu.RLock()
+	defer c.omu.RUnlock()
+	o, ok := c.owners[ch.ID]
+	if !ok || o.tag != ch.Tag {
+		return 0, false
+	}
+	return o.host, true
+}
+
+func (c *capacity) setOwner(ctx context.Context, ch dcd.Chunk, h dcd.HostID) error {
+	if err := c.s.store.AddChunkOwner(ctx, ch.ID, ch.Tag, h); err != nil {
+		return err
+	}
+	c.omu.Lock()
+	c.owners[ch.ID] = chunkOwner{host: h, tag: ch.Tag}
+	c.omu.Unlock()
+	return nil
+}
+
+func (c *capacity) dropOwner(ctx context.Context, id dcd.ChunkID) error {
+	c.omu.Lock()
+	_, ok := c.owners[id]
+	delete(c.owners, id)
+	c.omu.Unlock()
+	if !ok {
+		return nil
+	}
+	return c.s.store.DeleteChunkOwner(ctx, id)
+}
+
+// poolView is one consistent snapshot of the pool.
+type poolView struct {
+	box     fabric.Box
+	heads   []fabric.Head // by LD
+	hosts   map[dcd.HostID]dcd.Host
+	chunks  []dcd.Chunk // by Id
+	chunkAt map[dcd.ChunkID]int
+	grants  []dcd.Grant // active (adding, granted, releasing), by Id
+	grantAt map[dcd.GrantID]int
+	byChunk map[dcd.ChunkID][]int
+	byHost  map[dcd.HostID][]int
+	orphans []dcd.Orphan
+
+	// renders holds collections encoded from this view (see
+	// cachedCollection): a view never changes, so neither do they.
+	renders sync.Map // string → renderedCollection
+}
+
+type renderedCollection struct {
+	members []string
+	r       *Rendered
+}
+
+// cachedCollection completes col with its members and, encoded once per
+// view and visibility, its default representation: the hot collections
+// (chunks, connections) are then served without re-encoding. key names
+// the collection; who may see what is added to it here.
+func (v *poolView) cachedCollection(p *Principal, key string, col Collection, members func() []string) (Collection, error) {
+	if p.IsHost() {
+		key += "|" + SystemID(*p.HostID)
+	}
+	if e, ok := v.renders.Load(key); ok {
+		rc := e.(renderedCollection)
+		col.Members, col.Rendered = rc.members, rc.r
+		return col, nil
+	}
+	col.Members = members()
+	r, err := RenderCollection(col)
+	if err != nil {
+		return col, ErrInternal(err)
+	}
+	col.Rendered = r
+	v.renders.Store(key, renderedCollection{members: col.Members, r: r})
+	return col, nil
+}
+
+func buildView(ctx context.Context, m *dcd.Manager) (*poolView, error) {
+	led := m.Ledger()
+	v := &poolView{box: m.Box(), hosts: map[dcd.HostID]dcd.Host{}, chunkAt: map[dcd.ChunkID]int{},
+		grantAt: map[dcd.GrantID]int{}, byChunk: map[dcd.ChunkID][]int{}, byHost: map[dcd.HostID][]int{}}
+	v.heads = sortedHeads(v.box)
+	hosts, err := led.Hosts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pool view: %w", err)
+	}
+	for _, h := range hosts {
+		v.hosts[h.ID] = h
+	}
+	if v.chunks, err = led.Chunks(ctx); err != nil {
+		return nil, fmt.Errorf("pool view: %w", err)
+	}
+	slices.SortFunc(v.chunks, func(a, b dcd.Chunk) int { return cmp.Compare(a.ID, b.ID) })
+	for i, ch := range v.chunks {
+		v.chunkAt[ch.ID] = i
+	}
+	if v.grants, err = led.Grants(ctx, dcd.GrantFilter{Active: true}); err != nil {
+		return nil, fmt.Errorf("pool view: %w", err)
+	}
+	slices.SortFunc(v.grants, func(a, b dcd.Grant) int { return cmp.Compare(a.ID, b.ID) })
+	for i, g := range v.grants {
+		v.grantAt[g.ID] = i
+		v.byChunk[g.Chunk] = append(v.byChunk[g.Chunk], i)
+		v.byHost[g.Host] = append(v.byHost[g.Host], i)
+	}
+	if v.orphans, err = led.Orphans(ctx); err != nil {
+		return nil, fmt.Errorf("pool view: %w", err)
+	}
+	return v, nil
+}
+
+func (v *poolView) chunk(id dcd.ChunkID) (dcd.Chunk, bool) {
+	i, ok := v.chunkAt[id]
+	if !ok {
+		return dcd.Chunk{}, false
+	}
+	return v.chunks[i], true
+}
+
+func (v *poolView) grant(id dcd.GrantID) (dcd.Grant, bool) {
+	i, ok := v.grantAt[id]
+	if !ok {
+		return dcd.Grant{}, false
+	}
+	return v.grants[i], true
+}
+
+func (v *poolView) pick(idx []int) []dcd.Grant {
+	out := make([]dcd.Grant, len(idx))
+	for i, j := range idx {
+		out[i] = v.grants[j]
+	}
+	return out
+}
+
+// chunkGrants are the active grants of a chunk, by Id.
+func (v *poolView) chunkGrants(id dcd.ChunkID) []dcd.Grant { return v.pick(v.byChunk[id]) }
+
+// hostGrants are the active grants of a host, by Id.
+func (v *poolView) hostGrants(h dcd.HostID) []dcd.Grant { return v.pick(v.byHost[h]) }
+
+func (v *poolView) head(h dcd.HostID) (fabric.Head, bool) { return v.box.Head(uint16(h)) }
+
+func (v *poolView) region(n int) (fabric.Region, bool) {
+	for _, r := range v.box.Regions {
+		if r.Index == n {
+			return r, true
+		}
+	}
+	return fabric.Region{}, false
+}
+
+// blockSize is the chunk size granularity valid in every region: the
+// largest block size (they are powers of two).
+func (v *poolView) blockSize() uint64 {
+	var b uint64
+	for _, r := range v.box.Regions {
+		b = max(b, r.BlockSize)
+	}
+	return b
+}
+
+// holds reports whether a grant's host has (or is giving back) the
+// capacity, as opposed to still being offered it.
+func holds(g dcd.Grant) bool { return g.State == dcd.GrantGranted || g.State == dcd.GrantReleasing }
+
+// hostGrantedBytes is the capacity a host holds in granted grants.
+func (v *poolView) hostGrantedBytes(h dcd.HostID) uint64 {
+	var n uint64
+	for _, g := range v.hostGrants(h) {
+		if g.State == dcd.GrantGranted {
+			n += g.Size()
+		}
+	}
+	return n
+}
+
+// usage splits the pool into disjoint parts: free, reserved (chunks no
+// host holds), granted (held by one host), shared (held by several) and
+// orphaned (on the device under a tag the ledger does not know).
+type usage struct {
+	total, free, reserved, granted, shared, orphaned uint64
+}
+
+func (v *poolView) usage() usage {
+	var u usage
+	for _, r := range v.box.Regions {
+		u.total += r.Length
+	}
+	if v.box.TotalDynamic > u.total {
+		u.total = v.box.TotalDynamic
+	}
+	var used uint64
+	for _, ch := range v.chunks {
+		n := 0
+		for _, g := range v.chunkGrants(ch.ID) {
+			if holds(g) {
+				n++
+			}
+		}
+		switch {
+		case n == 0:
+			u.reserved += ch.Size
+		case n == 1:
+			u.granted += ch.Size
+		default:
+			u.shared += ch.Size
+		}
+		used += ch.Size
+	}
+	for _, o := range v.orphans {
+		for _, e := range o.Extents {
+			u.orphaned += e.Length
+		}
+	}
+	used += u.orphaned
+	if used < u.total {
+		u.free = u.total - used
+	}
+	return u
+}
+
+// chunkVisible reports whether p may see chunk ch: everyone but host
+// accounts sees every chunk; a host sees the chunks it reserved and those
+// it holds or is being given.
+func (s *Server) chunkVisible(p *Principal, v *poolView, ch dcd.Chunk) bool {
+	if !p.IsHost() {
+		return true
+	}
+	if h, ok := s.capacity.owner(ch); ok && h == *p.HostID {
+		return true
+	}
+	for _, g := range v.chunkGrants(ch.ID) {
+		if g.Host == *p.HostID {
+			return true
+		}
+	}
+	return false
+}
+
+// hostVisible reports whether a host exists on the device and p may see it.
+func hostVisible(p *Principal, v *poolView, h dcd.HostID) bool {
+	_, ok := v.head(h)
+	return ok && p.CanSeeHost(h)
+}
+
+// view is the handlers' way to the snapshot.
+func (s *Server) view(ctx context.Context) (*poolView, error) {
+	v, err := s.capacity.snapshot(ctx)
+	if err != nil {
+		return nil, ErrInternal(err)
+	}
+	return v, nil
+}
+
+// --- small shared helpers ---
+
+// sortedHeads are the box's heads by LD.
+func sortedHeads(box fabric.Box) []fabric.Head {
+	hs := slices.Clone(box.Heads)
+	slices.SortFunc(hs, func(a, b fabric.Head) int { return cmp.Compare(a.LD, b.LD) })
+	return hs
+}
+
+func mib(b uint64) uint64 { return b / mebibyte }
+
+func status(state string) Obj { return Obj{"State": state, "Health": "OK"} }
+
+// linkState is a host-facing head's Status.State: its link up or not.
+func linkState(h fabric.Head) string {
+	if h.LinkUp {
+		return "Enabled"
+	}
+	return "UnavailableOffline"
+}
+
+// parseID reads a positive decimal resource Id in canonical form (no
+// sign, no leading zeros), so that each resource has exactly one URI.
+func parseID(s string) (int64, bool) {
+	if s == "" || s[0] == '0' || len(s) > 18 {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n > 0
+}
+
+// parseLD reads an LD-ID Id ("0", "7").
+func parseLD(s string) (dcd.HostID, bool) {
+	if s == "" || len(s) > 5 || (len(s) > 1 && s[0] == '0') {
+		return 0, false
+	}
+	n, err := strconv.ParseUint(s, 10, 16)
+	return dcd.HostID(n), err == nil
+}
+
+// refID returns the last segment of uri if uri is collection+"/"+segment
+// (a trailing slash is tolerated, as for request paths).
+func refID(uri, collection string) (string, bool) {
+	rest, ok := strings.CutPrefix(strings.TrimSuffix(uri, "/"), collection+"/")
+	if !ok || rest == "" || strings.Contains(rest, "/") {
+		return "", false
+	}
+	return rest, true
+}
+
+// extentsMiB renders extents as MemoryRegion.MemoryExtents, offsets
+// relative to the region's base.
+func extentsMiB(exts []cci.Extent, base uint64) []Obj {
+	out := make([]Obj, 0, len(exts))
+	for _, e := range exts {
+		o := Obj{
+			"ExtentOffsetMiB": mib(e.DPA - base),
+			"ExtentSizeMiB":   mib(e.Length),
+			"Tag":             e.Tag.String(),
+		}
+		if e.SharedSeq != 0 {
+			o["SequenceNumber"] = e.SharedSeq
+		}
+		out = append(out, o)
+	}
+	return out
+}

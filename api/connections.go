@@ -1,0 +1,398 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// Connections: one per grant (a host's access to a chunk; Id = grant Id),
+// listed while the grant is active (being added, granted, being
+// released).
+//
+// POST grants a chunk to one or more initiator endpoints. What can be
+// checked at once (the body, visibility, quota, sharability, the host's
+// link) is answered at once; then the device offers the capacity and the
+// request continues as a task: 202 with a task monitor, always, because
+// the answer depends on hosts. The task ends Completed with the 201 a
+// quick create would have given (Location and body of the first
+// Connection; with several initiators the task's messages name every
+// Connection created) or Exception (host rejected, timed out, link down,
+// device failure). It is all or nothing: a host that does not accept gets
+// nothing (the Manager withdraws the offer), and when several hosts were
+// named the capacity the others accepted is released again. Naming a
+// chunk another Connection already holds shares it (sharable chunks only).
+//
+// DELETE releases the capacity from the host with sanitize on release,
+// forced if the host does not give it back in time. It too answers 202
+// with a task (the host must answer), which ends Completed with 204.
+
+// connectionReleaseGiveUp bounds how long a release task waits for the
+// device before it reports the release as still in progress.
+const connectionReleaseGiveUp = 10 * time.Minute
+
+type odataRef struct {
+	ID string `json:"@odata.id" rf:"required"`
+}
+
+type connectionCreate struct {
+	ConnectionType  string `json:"ConnectionType" enum:"Memory"`
+	MemoryChunkInfo []struct {
+		MemoryChunk        *odataRef `json:"MemoryChunk" rf:"required"`
+		AccessCapabilities []string  `json:"AccessCapabilities" enum:"Read|Write"`
+		AccessState        any       `json:"AccessState" rf:"readonly"`
+	} `json:"MemoryChunkInfo" rf:"required"`
+	Links *struct {
+		InitiatorEndpoints []odataRef `json:"InitiatorEndpoints" rf:"required"`
+		TargetEndpoints    []odataRef `json:"TargetEndpoints"`
+	} `json:"Links" rf:"required"`
+	ID     any `json:"Id" rf:"readonly"`
+	Name   any `json:"Name" rf:"readonly"`
+	Status any `json:"Status" rf:"readonly"`
+	Oem    any `json:"Oem" rf:"readonly"`
+}
+
+func (s *Server) connectionRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, ConnectionsURI, PrivLogin, s.getConnections)
+	s.Handle(http.MethodPost, ConnectionsURI, PrivConfigureComponents|PrivHostCapacity, s.postConnection)
+	s.Handle(http.MethodGet, ConnectionsURI+"/:id", PrivLogin, s.getConnection)
+	s.Handle(http.MethodDelete, ConnectionsURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.deleteConnection)
+}
+
+func (s *Server) getConnections(c echo.Context) error {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	p := PrincipalOf(c)
+	col, err := v.cachedCollection(p, "connections", Collection{ODataID: ConnectionsURI,
+		ODataType: "#ConnectionCollection.ConnectionCollection", Name: "CXL Connections",
+		Expand: func(uri string) (any, error) {
+			id, _ := refID(uri, ConnectionsURI)
+			n, _ := parseID(id)
+			g, _ := v.grant(dcd.GrantID(n))
+			ch, _ := v.chunk(g.Chunk)
+			return connectionBody(g, ch), nil
+		}}, func() []string {
+		members := make([]string, 0, len(v.grants))
+		for _, g := range v.grants {
+			if p.CanSeeHost(g.Host) {
+				members = append(members, ConnectionURI(g.ID))
+			}
+		}
+		return members
+	})
+	if err != nil {
+		return err
+	}
+	return s.WriteCollection(c, col)
+}
+
+// lookupConnection finds the active grant the path names, if the caller
+// may see it.
+func (s *Server) lookupConnection(c echo.Context) (dcd.Grant, dcd.Chunk, error) {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return dcd.Grant{}, dcd.Chunk{}, err
+	}
+	n, ok := parseID(c.Param("id"))
+	g, found := v.grant(dcd.GrantID(n))
+	if !ok || !found || !PrincipalOf(c).CanSeeHost(g.Host) {
+		return dcd.Grant{}, dcd.Chunk{}, ErrResourceNotFound("Connection", c.Param("id"))
+	}
+	ch, ok := v.chunk(g.Chunk)
+	if !ok {
+		ch = dcd.Chunk{ID: g.Chunk}
+	}
+	return g, ch, nil
+}
+
+func (s *Server) getConnection(c echo.Context) error {
+	g, ch, err := s.lookupConnection(c)
+	if err != nil {
+		return err
+	}
+	return s.WriteResource(c, http.StatusOK, connectionBody(g, ch))
+}
+
+// errMissingAtURI answers a request naming a resource that does not exist
+// or that the caller may not see: 404, like a GET of it would be, so
+// that a host cannot probe other hosts' resources through request bodies.
+func errMissingAtURI(uri, prop string) *Error {
+	return NewError(http.StatusNotFound, M("Base.ResourceMissingAtURI", uri).WithRelated(prop))
+}
+
+func (s *Server) postConnection(c echo.Context) error {
+	var req connectionCreate
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	switch n := len(req.MemoryChunkInfo); {
+	case n == 0:
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
+	case n > 1:
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
+	}
+	info := req.MemoryChunkInfo[0]
+	// CXL memory is read-write: a host either maps the capacity or not.
+	if caps := info.AccessCapabilities; caps != nil && !(slices.Contains(caps, "Read") && slices.Contains(caps, "Write")) {
+		return errPropertyValueIncorrect("MemoryChunkInfo/0/AccessCapabilities", strings.Join(caps, ","))
+	}
+	inits := req.Links.InitiatorEndpoints
+	if len(inits) == 0 {
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", "Links/InitiatorEndpoints", 1).WithRelated("Links/InitiatorEndpoints"))
+	}
+	ctx := c.Request().Context()
+	p := PrincipalOf(c)
+	v, err := s.view(ctx)
+	if err != nil {
+		return err
+	}
+	const chunkProp = "MemoryChunkInfo/0/MemoryChunk"
+	id, ok := refID(info.MemoryChunk.ID, ChunksURI)
+	if !ok {
+		return ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
+	}
+	n, ok := parseID(id)
+	ch, found := v.chunk(dcd.ChunkID(n))
+	if !ok || !found || !s.chunkVisible(p, v, ch) {
+		return errMissingAtURI(info.MemoryChunk.ID, chunkProp)
+	}
+	hosts := make([]dcd.HostID, 0, len(inits))
+	for i, ref := range inits {
+		prop := "Links/InitiatorEndpoints/" + strconv.Itoa(i)
+		eid, ok := refID(ref.ID, EndpointsURI)
+		if !ok {
+			return ErrPropertyValueFormat(ref.ID, prop)
+		}
+		h, initiator, ok := parseEndpointID(eid)
+		if !ok || !hostVisible(p, v, h) {
+			return errMissingAtURI(ref.ID, prop)
+		}
+		if !initiator {
+			return errPropertyValueIncorrect(prop, ref.ID)
+		}
+		if j := slices.Index(hosts, h); j >= 0 {
+			return ErrPropertyValueConflict(prop, "Links/InitiatorEndpoints/"+strconv.Itoa(j))
+		}
+		hosts = append(hosts, h)
+	}
+	for i, ref := range req.Links.TargetEndpoints {
+		if !slices.ContainsFunc(hosts, func(h dcd.HostID) bool { return refMatches(ref.ID, TargetURI(h)) }) {
+			return ErrPropertyValueConflict("Links/TargetEndpoints/"+strconv.Itoa(i), "Links/InitiatorEndpoints")
+		}
+	}
+	chunkTarget := Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)}
+	if len(hosts) > 1 && !ch.Sharable {
+		return FromDomain(fmt.Errorf("connect chunk %d to %d hosts: %w", ch.ID, len(hosts), dcd.ErrNotSharable), chunkTarget)
+	}
+	begun := make([]dcd.Grant, 0, len(hosts))
+	for _, h := range hosts {
+		g, err := s.mgr.BeginGrant(ctx, ch.ID, h)
+		if err != nil {
+			s.capacity.invalidate()
+			s.undoGrants(begun)
+			return FromDomain(err, chunkTarget)
+		}
+		begun = append(begun, g)
+	}
+	s.capacity.invalidate()
+	names := make([]string, len(hosts))
+	for i, h := range hosts {
+		names[i] = SystemID(h)
+	}
+	opts := TaskOptions{
+		Name:   fmt.Sprintf("Connect memory chunk %d to %s", ch.ID, strings.Join(names, ", ")),
+		Target: Target{Type: "Connection", ID: strconv.FormatInt(int64(begun[0].ID), 10), URI: ConnectionURI(begun[0].ID)},
+	}
+	if len(hosts) == 1 {
+		opts.Host = &hosts[0]
+	}
+	t := s.StartTask(c, opts, func(ctx context.Context, _ *Task) (TaskResult, error) {
+		return s.finishGrants(ctx, ch, begun)
+	})
+	return s.Accepted(c, t)
+}
+
+// refMatches compares a body's @odata.id with a URI, tolerating a
+// trailing slash.
+func refMatches(ref, uri string) bool { return strings.TrimSuffix(ref, "/") == uri }
+
+// finishGrants waits for every host's answer. All granted: the first
+// Connection is the result. Any failure: what the others accepted is
+// released again and the first failure is the task's error.
+func (s *Server) finishGrants(ctx context.Context, ch dcd.Chunk, begun []dcd.Grant) (TaskResult, error) {
+	var done []dcd.Grant
+	var firstErr error
+	for _, g := range begun {
+		ng, err := s.mgr.AwaitGrant(ctx, g.ID)
+		if err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		done = append(done, ng)
+	}
+	s.capacity.invalidate()
+	if firstErr != nil {
+		for _, g := range done {
+			if _, err := s.releaseGrant(ctx, g.ID); err != nil {
+				s.log.Error("releasing the part of a failed multi-host grant", "grant", g.ID, "err", err)
+			}
+		}
+		s.capacity.invalidate()
+		return TaskResult{}, firstErr
+	}
+	msgs := make([]Msg, 0, len(done))
+	for _, g := range done {
+		msgs = append(msgs, M("ResourceEvent.ResourceStateChanged", ConnectionURI(g.ID), "Enabled"))
+	}
+	return TaskResult{Status: http.StatusCreated, Location: ConnectionURI(done[0].ID),
+		Body: connectionBody(done[0], ch), Messages: msgs}, nil
+}
+
+// undoGrants gives back grants begun for a request that failed before
+// its task started: each is awaited and, if its host accepted, released.
+func (s *Server) undoGrants(gs []dcd.Grant) {
+	for _, g := range gs {
+		s.bg.Add(1)
+		go func() {
+			defer s.bg.Done()
+			if _, err := s.mgr.AwaitGrant(s.ctx, g.ID); err != nil {
+				return // failed: nothing was granted
+			}
+			if _, err := s.releaseGrant(s.ctx, g.ID); err != nil {
+				s.log.Error("releasing a grant of a failed request", "grant", g.ID, "err", err)
+			}
+			s.capacity.invalidate()
+		}()
+	}
+}
+
+// releaseGrant releases a grant and waits until the device has taken the
+// capacity back.
+func (s *Server) releaseGrant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
+	if _, err := s.mgr.BeginRelease(ctx, id); err != nil {
+		return dcd.Grant{}, err
+	}
+	return s.awaitRelease(ctx, id)
+}
+
+// awaitRelease follows a grant in the ledger until it leaves releasing
+// (the Manager's flow publishes every step; the timer covers a missed
+// notification).
+func (s *Server) awaitRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
+	ch, cancel := s.mgr.Subscribe(16)
+	defer cancel()
+	giveUp := time.NewTimer(connectionReleaseGiveUp)
+	defer giveUp.Stop()
+	for {
+		g, err := s.mgr.Ledger().Grant(ctx, id)
+		if err != nil {
+			return g, err
+		}
+		if g.State != dcd.GrantReleasing {
+			return g, nil
+		}
+		select {
+		case <-ctx.Done():
+			return g, ctx.Err()
+		case <-giveUp.C:
+			return g, fmt.Errorf("grant %d still releasing after %s: %w", id, connectionReleaseGiveUp, dcd.ErrDeviceBusy)
+		case <-ch:
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Server) deleteConnection(c echo.Context) error {
+	g, ch, err := s.lookupConnection(c)
+	if err != nil {
+		return err
+	}
+	if err := s.IfMatch(c, connectionBody(g, ch)); err != nil {
+		return err
+	}
+	target := Target{Type: "Connection", ID: c.Param("id"), URI: ConnectionURI(g.ID)}
+	_, err = s.mgr.BeginRelease(c.Request().Context(), g.ID)
+	s.capacity.invalidate()
+	if err != nil {
+		return FromDomain(err, target)
+	}
+	host := g.Host
+	t := s.StartTask(c, TaskOptions{
+		Name:   fmt.Sprintf("Release memory chunk %d from %s", g.Chunk, SystemID(g.Host)),
+		Host:   &host,
+		Target: target,
+	}, func(ctx context.Context, _ *Task) (TaskResult, error) {
+		ng, err := s.awaitRelease(ctx, g.ID)
+		s.capacity.invalidate()
+		if err != nil {
+			return TaskResult{}, err
+		}
+		if ng.State != dcd.GrantReleased && ng.State != dcd.GrantLost {
+			return TaskResult{}, fmt.Errorf("grant %d ended %s: %w", g.ID, ng.State, dcd.ErrDevice)
+		}
+		return TaskResult{Status: http.StatusNoContent}, nil
+	})
+	return s.Accepted(c, t)
+}
+
+// connectionState is a grant's Status.State and MemoryChunkInfo
+// AccessState.
+func connectionState(g dcd.Grant) (state, access string) {
+	switch g.State {
+	case dcd.GrantGranted:
+		return "Enabled", "Optimized"
+	case dcd.GrantAdding:
+		return "Starting", "Transitioning"
+	case dcd.GrantReleasing:
+		return "Disabled", "Transitioning"
+	}
+	return "Absent", "Unavailable"
+}
+
+func connectionBody(g dcd.Grant, ch dcd.Chunk) Obj {
+	id := strconv.FormatInt(int64(g.ID), 10)
+	state, access := connectionState(g)
+	oem := Obj{
+		"GrantState":  string(g.State),
+		"GrantedMiB":  mib(g.Size()),
+		"ExtentCount": len(g.Extents),
+		"Created":     g.Created.UTC().Format(timeFormat),
+	}
+	if g.State == dcd.GrantGranted {
+		oem["Memory"] = Link(SystemMemoryURI(g.Host, g.Chunk))
+	}
+	return Obj{
+		"@odata.id":      ConnectionURI(g.ID),
+		"@odata.type":    "#Connection.v1_4_0.Connection",
+		"Id":             id,
+		"Name":           "Connection " + id,
+		"Description":    fmt.Sprintf("Memory chunk %d for %s", ch.ID, SystemID(g.Host)),
+		"ConnectionType": "Memory",
+		"MemoryChunkInfo": []Obj{{
+			"MemoryChunk":        Link(ChunkURI(ch.ID)),
+			"AccessCapabilities": []string{"Read", "Write"},
+			"AccessState":        access,
+		}},
+		"Links": Obj{
+			"InitiatorEndpoints": Links(InitiatorURI(g.Host)),
+			"TargetEndpoints":    Links(TargetURI(g.Host)),
+		},
+		"Status": status(state),
+		"Oem":    Obj{"CxlPool": oem},
+	}
+}

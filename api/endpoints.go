@@ -1,0 +1,97 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// Endpoints of the CXL fabric: per host an initiator (Id "Host<LD>", the
+// host's processor side) and a target (Id "DCD-LD<LD>", the device's
+// logical device that host reaches), both connected through the head's
+// port. Connections name the initiator; the target follows from it. Host
+// accounts see only their own two.
+
+func (s *Server) endpointRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, EndpointsURI, PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		p := PrincipalOf(c)
+		var members []string
+		for _, h := range v.heads {
+			if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
+				members = append(members, InitiatorURI(ld), TargetURI(ld))
+			}
+		}
+		return s.WriteCollection(c, Collection{ODataID: EndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
+			Name: "CXL Endpoints", Members: members,
+			Expand: func(uri string) (any, error) {
+				id, _ := refID(uri, EndpointsURI)
+				h, initiator, _ := parseEndpointID(id)
+				return endpoint(v, h, initiator), nil
+			}})
+	})
+	s.Handle(http.MethodGet, EndpointsURI+"/:id", PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		h, initiator, ok := parseEndpointID(c.Param("id"))
+		if !ok || !hostVisible(PrincipalOf(c), v, h) {
+			return ErrResourceNotFound("Endpoint", c.Param("id"))
+		}
+		return s.WriteResource(c, http.StatusOK, endpoint(v, h, initiator))
+	})
+}
+
+// parseEndpointID reads an Endpoint Id: "Host3" is host 3's initiator,
+// "DCD-LD3" the target of LD 3.
+func parseEndpointID(id string) (h dcd.HostID, initiator, ok bool) {
+	if ld, found := strings.CutPrefix(id, targetPrefix); found {
+		h, ok = parseLD(ld)
+		return h, false, ok
+	}
+	h, err := ParseSystemID(id)
+	return h, true, err == nil
+}
+
+func endpoint(v *poolView, h dcd.HostID, initiator bool) Obj {
+	head, _ := v.head(h)
+	var conns []string
+	for _, g := range v.hostGrants(h) {
+		conns = append(conns, ConnectionURI(g.ID))
+	}
+	o := Obj{
+		"@odata.type":      "#Endpoint.v1_8_2.Endpoint",
+		"EndpointProtocol": "CXL",
+		"Status":           status(linkState(head)),
+		"Links": Obj{
+			"ConnectedPorts": Links(PortURI(head.Port)),
+			"Zones":          Links(ZoneURI(h)),
+			"Connections":    Links(conns...),
+		},
+	}
+	if initiator {
+		o["@odata.id"] = InitiatorURI(h)
+		o["Id"] = SystemID(h)
+		o["Name"] = SystemID(h) + " Initiator"
+		o["Description"] = "The CXL root port of " + SystemID(h)
+		o["ConnectedEntities"] = []Obj{{"EntityType": "Processor", "EntityRole": "Initiator", "EntityLink": Link(SystemURI(h))}}
+		return o
+	}
+	id := strings.TrimPrefix(TargetURI(h), EndpointsURI+"/")
+	o["@odata.id"] = TargetURI(h)
+	o["Id"] = id
+	o["Name"] = "Logical Device " + id[len(targetPrefix):] + " Target"
+	o["Description"] = "The device's logical device " + SystemID(h) + " reaches"
+	o["ConnectedEntities"] = []Obj{{"EntityType": "CXLDevice", "EntityRole": "Target", "EntityLink": Link(LogicalDeviceURI(h))}}
+	return o
+}

@@ -1,0 +1,122 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric"
+	"cxlpool/fabric/cci"
+)
+
+// FabricAdapters/DCD holds the device's host-facing ports (one per head),
+// so that Endpoints can name the port a host is connected through
+// (Endpoint.Links.ConnectedPorts). Values are the heads' link state from
+// Get Multi-Headed Info (5501h). Host accounts see only their own port.
+
+func (s *Server) fabricAdapterRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, FabricAdaptersURI, PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, Collection{ODataID: FabricAdaptersURI, ODataType: "#FabricAdapterCollection.FabricAdapterCollection",
+			Name: "Fabric Adapters", Members: []string{FabricAdapterURI},
+			Expand: func(string) (any, error) { return s.fabricAdapter(), nil }})
+	})
+	s.Handle(http.MethodGet, FabricAdapterURI, PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.fabricAdapter())
+	})
+	s.Handle(http.MethodGet, PortsURI, PrivLogin, func(c echo.Context) error {
+		p := PrincipalOf(c)
+		heads := map[string]fabric.Head{}
+		var members []string
+		for _, h := range sortedHeads(s.mgr.Box()) {
+			if p.CanSeeHost(dcd.HostID(h.LD)) {
+				members = append(members, PortURI(h.Port))
+				heads[PortURI(h.Port)] = h
+			}
+		}
+		return s.WriteCollection(c, Collection{ODataID: PortsURI, ODataType: "#PortCollection.PortCollection",
+			Name: "DCD Host Ports", Members: members,
+			Expand: func(uri string) (any, error) { return port(heads[uri]), nil }})
+	})
+	s.Handle(http.MethodGet, PortsURI+"/:port", PrivLogin, func(c echo.Context) error {
+		n, err := strconv.ParseUint(c.Param("port"), 10, 8)
+		if err == nil && c.Param("port") == strconv.FormatUint(n, 10) {
+			for _, h := range s.mgr.Box().Heads {
+				if h.Port == uint8(n) && PrincipalOf(c).CanSeeHost(dcd.HostID(h.LD)) {
+					return s.WriteResource(c, http.StatusOK, port(h))
+				}
+			}
+		}
+		return ErrResourceNotFound("Port", c.Param("port"))
+	})
+}
+
+func (s *Server) fabricAdapter() Obj {
+	id := s.mgr.Box().Identity
+	return Obj{
+		"@odata.id":       FabricAdapterURI,
+		"@odata.type":     "#FabricAdapter.v1_5_3.FabricAdapter",
+		"Id":              "DCD",
+		"Name":            "DCD Host Ports",
+		"Description":     "The multi-headed device's host-facing CXL ports, one per head",
+		"FabricType":      "CXL",
+		"SerialNumber":    serialString(id.Serial),
+		"FirmwareVersion": id.FirmwareRevision,
+		"Ports":           Link(PortsURI),
+		"Status":          status("Enabled"),
+		"Links": Obj{
+			"PCIeDevices":   Links(DCDURI),
+			"MemoryDomains": Links(MemoryDomainURI),
+		},
+	}
+}
+
+// speedGTs is the per-lane rate of a PCIe link speed code (1 = 2.5 GT/s
+// … 6 = 64 GT/s).
+func speedGTs(code uint8) float64 {
+	rates := []float64{0, 2.5, 5, 8, 16, 32, 64}
+	if int(code) < len(rates) {
+		return rates[code]
+	}
+	return 0
+}
+
+// port describes one head. Speeds are the raw signalling rate of all
+// lanes (per-lane GT/s × width).
+func port(h fabric.Head) Obj {
+	linkStatus := "LinkDown"
+	switch {
+	case h.LinkUp:
+		linkStatus = "LinkUp"
+	case h.LTSSM == cci.LTSSMDetect:
+		linkStatus = "NoLink"
+	}
+	ld := dcd.HostID(h.LD)
+	o := Obj{
+		"@odata.id":    PortURI(h.Port),
+		"@odata.type":  "#Port.v1_18_0.Port",
+		"Id":           strconv.Itoa(int(h.Port)),
+		"Name":         "Head Port " + strconv.Itoa(int(h.Port)),
+		"Description":  "The head " + SystemID(ld) + " is attached to",
+		"PortId":       strconv.Itoa(int(h.Port)),
+		"PortProtocol": "CXL",
+		"PortType":     "UpstreamPort",
+		"PortMedium":   "Electrical",
+		"LinkState":    "Enabled",
+		"LinkStatus":   linkStatus,
+		"Width":        h.MaxWidth,
+		"ActiveWidth":  h.NegotiatedWidth,
+		"MaxSpeedGbps": speedGTs(h.MaxSpeed) * float64(h.MaxWidth),
+		"CXL":          Obj{"MaxLogicalDeviceCount": 1},
+		"Status":       status(linkState(h)),
+		"Links":        Obj{"AssociatedEndpoints": Links(InitiatorURI(ld), TargetURI(ld))},
+	}
+	if h.LinkUp {
+		o["CurrentSpeedGbps"] = speedGTs(h.CurrentSpeed) * float64(h.NegotiatedWidth)
+	}
+	return o
+}

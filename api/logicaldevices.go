@@ -1,0 +1,101 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// CXLLogicalDevices: one per host head. In this box every head owns one
+// LD and the LD-ID is the host's Id, so LD n is Host n's view of the
+// device. Host accounts see only their own.
+
+func (s *Server) logicalDeviceRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, LogicalDevicesURI, PrivLogin, s.getLogicalDevices)
+	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld", PrivLogin, s.getLogicalDevice)
+}
+
+func (s *Server) getLogicalDevices(c echo.Context) error {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	p := PrincipalOf(c)
+	var members []string
+	for _, h := range v.heads {
+		if p.CanSeeHost(dcd.HostID(h.LD)) {
+			members = append(members, LogicalDeviceURI(dcd.HostID(h.LD)))
+		}
+	}
+	return s.WriteCollection(c, Collection{ODataID: LogicalDevicesURI, ODataType: "#CXLLogicalDeviceCollection.CXLLogicalDeviceCollection",
+		Name: "CXL Logical Devices", Members: members,
+		Expand: func(uri string) (any, error) {
+			id, _ := refID(uri, LogicalDevicesURI)
+			h, _ := parseLD(id)
+			return s.logicalDevice(v, h), nil
+		}})
+}
+
+func (s *Server) getLogicalDevice(c echo.Context) error {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	h, ok := parseLD(c.Param("ld"))
+	if !ok || !hostVisible(PrincipalOf(c), v, h) {
+		return ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
+	}
+	return s.WriteResource(c, http.StatusOK, s.logicalDevice(v, h))
+}
+
+// gcxlid is the Global CXL Logical Device Identifier: the device serial
+// number's octets, most significant first, and the LD-ID.
+func gcxlid(serial uint64, ld dcd.HostID) string {
+	b := make([]byte, 0, 28)
+	for i := 7; i >= 0; i-- {
+		b = fmt.Appendf(b, "%02X", byte(serial>>(8*i)))
+		if i > 0 {
+			b = append(b, '-')
+		}
+	}
+	return fmt.Sprintf("%s:%04X", b, uint16(ld))
+}
+
+func (s *Server) logicalDevice(v *poolView, h dcd.HostID) Obj {
+	head, _ := v.head(h)
+	var held uint64
+	var chunks []string
+	for _, g := range v.hostGrants(h) {
+		if holds(g) {
+			held += g.Size()
+			chunks = append(chunks, ChunkURI(g.Chunk))
+		}
+	}
+	return Obj{
+		"@odata.id":   LogicalDeviceURI(h),
+		"@odata.type": "#CXLLogicalDevice.v1_3_0.CXLLogicalDevice",
+		"Id":          strconv.Itoa(int(h)),
+		"Name":        "Logical Device " + strconv.Itoa(int(h)),
+		"Description": "The logical device " + SystemID(h) + " reaches through head port " + strconv.Itoa(int(head.Port)),
+		"Identifiers": []Obj{{
+			"DurableName":       gcxlid(v.box.Identity.Serial, h),
+			"DurableNameFormat": "GCXLID",
+		}},
+		"SemanticsSupported": []string{"CXLio", "CXLmem"},
+		"MemorySizeMiB":      mib(held),
+		"MemoryRegions":      Link(LogicalDeviceURI(h) + "/MemoryRegions"),
+		"Status":             status(linkState(head)),
+		"Links": Obj{
+			"Endpoints":     Links(TargetURI(h)),
+			"MemoryChunks":  Links(chunks...),
+			"MemoryDomains": Links(MemoryDomainURI),
+		},
+	}
+}

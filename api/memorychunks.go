@@ -1,0 +1,335 @@
+package api
+
+import (
+	"context"
+	"math"
+	"net/http"
+	"strconv"
+	"unicode"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// MemoryChunks: reservations of pool capacity. POST reserves (nothing is
+// sent to the device until the chunk is first connected), DELETE returns
+// the capacity to the pool (409 while any host holds or is being given
+// it).
+//
+// Host accounts may reserve chunks themselves: such a chunk is recorded
+// as theirs, so they see it, may connect it to their own initiator and
+// may delete it. What a host has reserved plus what it holds counts
+// against its quota (dcd.Host.Quota; 0 means no limit), checked at
+// reservation as the ledger checks it at grant time. A host sees only
+// the chunks it reserved or holds, and in them only itself.
+
+// maxNameLength bounds a chunk's name.
+const maxNameLength = 64
+
+type chunkCreate struct {
+	MemoryChunkSizeMiB int64  `json:"MemoryChunkSizeMiB" rf:"required"`
+	AddressRangeType   string `json:"AddressRangeType" enum:"Volatile"`
+	// DisplayName is the DMTF spelling of Oem.CxlPool.Name.
+	DisplayName *string `json:"DisplayName"`
+	Oem         *struct {
+		CxlPool *struct {
+			// Sharable asks for a chunk several hosts may share. It
+			// defaults to the region's ShareableRegion when Region
+			// is given, else false.
+			Sharable *bool `json:"Sharable"`
+			// Region picks the DC region (else the first that fits).
+			Region  *int    `json:"Region"`
+			Name    *string `json:"Name"`
+			Tag     any     `json:"Tag" rf:"readonly"`
+			Owner   any     `json:"Owner" rf:"readonly"`
+			Grants  any     `json:"Grants" rf:"readonly"`
+			Created any     `json:"Created" rf:"readonly"`
+		} `json:"CxlPool"`
+	} `json:"Oem"`
+	ID                    any `json:"Id" rf:"readonly"`
+	Name                  any `json:"Name" rf:"readonly"`
+	AddressRangeOffsetMiB any `json:"AddressRangeOffsetMiB" rf:"readonly"`
+	Status                any `json:"Status" rf:"readonly"`
+	Links                 any `json:"Links" rf:"readonly"`
+}
+
+func (s *Server) memoryChunkRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, ChunksURI, PrivLogin, s.getChunks)
+	s.Handle(http.MethodPost, ChunksURI, PrivConfigureComponents|PrivHostCapacity, s.postChunk)
+	s.Handle(http.MethodGet, ChunksURI+"/:id", PrivLogin, s.getChunk)
+	s.Handle(http.MethodDelete, ChunksURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.deleteChunk)
+}
+
+func (s *Server) getChunks(c echo.Context) error {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return err
+	}
+	p := PrincipalOf(c)
+	col, err := v.cachedCollection(p, "chunks", Collection{ODataID: ChunksURI,
+		ODataType: "#MemoryChunksCollection.MemoryChunksCollection", Name: "Memory Chunks",
+		Expand: func(uri string) (any, error) {
+			id, _ := refID(uri, ChunksURI)
+			n, _ := parseID(id)
+			ch, _ := v.chunk(dcd.ChunkID(n))
+			return s.chunkBody(v, p, ch), nil
+		}}, func() []string {
+		members := make([]string, 0, len(v.chunks))
+		for _, ch := range v.chunks {
+			if s.chunkVisible(p, v, ch) {
+				members = append(members, ChunkURI(ch.ID))
+			}
+		}
+		return members
+	})
+	if err != nil {
+		return err
+	}
+	return s.WriteCollection(c, col)
+}
+
+// lookupChunk finds the chunk the path names, if the caller may see it.
+func (s *Server) lookupChunk(c echo.Context) (*poolView, dcd.Chunk, error) {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return nil, dcd.Chunk{}, err
+	}
+	n, ok := parseID(c.Param("id"))
+	ch, found := v.chunk(dcd.ChunkID(n))
+	if !ok || !found || !s.chunkVisible(PrincipalOf(c), v, ch) {
+		return nil, dcd.Chunk{}, ErrResourceNotFound("MemoryChunks", c.Param("id"))
+	}
+	return v, ch, nil
+}
+
+func (s *Server) getChunk(c echo.Context) error {
+	v, ch, err := s.lookupChunk(c)
+	if err != nil {
+		return err
+	}
+	return s.WriteResource(c, http.StatusOK, s.chunkBody(v, PrincipalOf(c), ch))
+}
+
+func (s *Server) deleteChunk(c echo.Context) error {
+	v, ch, err := s.lookupChunk(c)
+	if err != nil {
+		return err
+	}
+	if err := s.IfMatch(c, s.chunkBody(v, PrincipalOf(c), ch)); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	err = s.mgr.DeleteChunk(ctx, ch.ID)
+	s.capacity.invalidate()
+	if err != nil {
+		return FromDomain(err, Target{Type: "MemoryChunks", ID: c.Param("id"), URI: ChunkURI(ch.ID)})
+	}
+	if err := s.capacity.dropOwner(context.WithoutCancel(ctx), ch.ID); err != nil {
+		s.log.Error("forgetting the owner of a deleted chunk", "chunk", ch.ID, "err", err)
+	}
+	return s.NoContent(c)
+}
+
+func errPropertyValueIncorrect(prop, value string) *Error {
+	return NewError(http.StatusBadRequest, M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
+}
+
+// validName accepts printable names of at most maxNameLength characters.
+func validName(prop, name string) error {
+	if len([]rune(name)) > maxNameLength {
+		return NewError(http.StatusBadRequest, M("Base.StringValueTooLong", name, maxNameLength).WithRelated(prop))
+	}
+	for _, r := range name {
+		if !unicode.IsPrint(r) {
+			return ErrPropertyValueFormat(name, prop)
+		}
+	}
+	return nil
+}
+
+func (s *Server) postChunk(c echo.Context) error {
+	var req chunkCreate
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	p := PrincipalOf(c)
+	v, err := s.view(ctx)
+	if err != nil {
+		return err
+	}
+	rr := dcd.ReserveRequest{Region: -1}
+	sizeText := strconv.FormatInt(req.MemoryChunkSizeMiB, 10)
+	if req.MemoryChunkSizeMiB <= 0 || req.MemoryChunkSizeMiB > math.MaxInt64/mebibyte {
+		return ErrPropertyValueOutOfRange(sizeText, "MemoryChunkSizeMiB")
+	}
+	rr.Size = uint64(req.MemoryChunkSizeMiB) * mebibyte
+	var oemName *string
+	if req.Oem != nil && req.Oem.CxlPool != nil {
+		o := req.Oem.CxlPool
+		oemName = o.Name
+		if o.Region != nil {
+			r, ok := v.region(*o.Region)
+			if !ok {
+				return ErrPropertyValueNotInList(strconv.Itoa(*o.Region), "Oem/CxlPool/Region")
+			}
+			rr.Region, rr.Sharable = r.Index, r.Sharable
+		}
+		if o.Sharable != nil {
+			if *o.Sharable && rr.Region >= 0 && !rr.Sharable {
+				return ErrPropertyValueConflict("Oem/CxlPool/Sharable", "Oem/CxlPool/Region")
+			}
+			rr.Sharable = *o.Sharable
+		}
+	}
+	switch {
+	case req.DisplayName != nil && oemName != nil && *req.DisplayName != *oemName:
+		return ErrPropertyValueConflict("DisplayName", "Oem/CxlPool/Name")
+	case req.DisplayName != nil:
+		rr.Name = *req.DisplayName
+		if err := validName("DisplayName", rr.Name); err != nil {
+			return err
+		}
+	case oemName != nil:
+		rr.Name = *oemName
+		if err := validName("Oem/CxlPool/Name", rr.Name); err != nil {
+			return err
+		}
+	}
+	// The increment valid in the region that will be used: the given
+	// one's block size, or one valid in every region.
+	block := v.blockSize()
+	if r, ok := v.region(rr.Region); ok {
+		block = r.BlockSize
+	}
+	if block == 0 || rr.Size%block != 0 {
+		return errPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
+	}
+	if rr.Sharable {
+		found := false
+		for _, r := range v.box.Regions {
+			found = found || r.Sharable
+		}
+		if !found {
+			return errPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
+		}
+	}
+	target := Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI}
+	if p.IsHost() {
+		// The quota check and the reservation are one step per server.
+		s.capacity.reserveMu.Lock()
+		defer s.capacity.reserveMu.Unlock()
+		if v, err = s.view(ctx); err != nil {
+			return err
+		}
+		h, err := s.mgr.Ledger().Host(ctx, *p.HostID)
+		if err != nil {
+			return FromDomain(err, target)
+		}
+		if used := s.hostCommitted(v, h.ID); h.Quota > 0 && (rr.Size > h.Quota || used > h.Quota-rr.Size) {
+			return FromDomain(dcd.ErrQuotaExceeded, target)
+		}
+	}
+	ch, err := s.mgr.Reserve(ctx, rr)
+	if err != nil {
+		return FromDomain(err, target)
+	}
+	if p.IsHost() {
+		if err := s.capacity.setOwner(ctx, ch, *p.HostID); err != nil {
+			// Without the record the host could not see its chunk:
+			// take the reservation back.
+			if derr := s.mgr.DeleteChunk(context.WithoutCancel(ctx), ch.ID); derr != nil {
+				s.log.Error("undoing a reservation", "chunk", ch.ID, "err", derr)
+			}
+			s.capacity.invalidate()
+			return ErrInternal(err)
+		}
+	}
+	s.capacity.invalidate()
+	if v, err = s.view(ctx); err != nil {
+		return err
+	}
+	return s.WriteCreated(c, ChunkURI(ch.ID), s.chunkBody(v, p, ch))
+}
+
+// chunkState is the chunk's Status.State from its (visible) grants:
+// StandbyOffline while only reserved (it awaits a Connection), Starting
+// while being offered, Enabled while held, Disabled while being released.
+func chunkState(gs []dcd.Grant) string {
+	st := "StandbyOffline"
+	for _, g := range gs {
+		switch {
+		case g.State == dcd.GrantGranted:
+			return "Enabled"
+		case g.State == dcd.GrantAdding:
+			st = "Starting"
+		case g.State == dcd.GrantReleasing && st == "StandbyOffline":
+			st = "Disabled"
+		}
+	}
+	return st
+}
+
+func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
+	var gs []dcd.Grant
+	for _, g := range v.chunkGrants(ch.ID) {
+		if p.CanSeeHost(g.Host) {
+			gs = append(gs, g)
+		}
+	}
+	endpoints := make([]string, 0, len(gs))
+	lds := make([]string, 0, len(gs))
+	regions := make([]string, 0, len(gs))
+	grants := make([]Obj, 0, len(gs))
+	offset, placed := uint64(math.MaxUint64), false
+	for _, g := range gs {
+		endpoints = append(endpoints, InitiatorURI(g.Host))
+		lds = append(lds, LogicalDeviceURI(g.Host))
+		regions = append(regions, MemoryRegionURI(g.Host, ch.Region))
+		grants = append(grants, Obj{"Connection": Link(ConnectionURI(g.ID)), "SystemId": SystemID(g.Host), "State": string(g.State)})
+		if holds(g) {
+			for _, e := range g.Extents {
+				offset, placed = min(offset, e.DPA), true
+			}
+		}
+	}
+	oem := Obj{
+		"Sharable": ch.Sharable,
+		"Region":   ch.Region,
+		"Tag":      ch.Tag.String(),
+		"Created":  ch.Created.UTC().Format(timeFormat),
+		"Grants":   grants,
+	}
+	if ch.Name != "" {
+		oem["Name"] = ch.Name
+	}
+	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(h) {
+		oem["Owner"] = SystemID(h)
+	}
+	o := Obj{
+		"@odata.id":          ChunkURI(ch.ID),
+		"@odata.type":        "#MemoryChunks.v1_6_2.MemoryChunks",
+		"Id":                 strconv.FormatInt(int64(ch.ID), 10),
+		"Name":               "Memory Chunk " + strconv.FormatInt(int64(ch.ID), 10),
+		"MemoryChunkSizeMiB": mib(ch.Size),
+		"AddressRangeType":   "Volatile",
+		"Status":             status(chunkState(gs)),
+		"Links": Obj{
+			"Endpoints":         Links(endpoints...),
+			"CXLLogicalDevices": Links(lds...),
+			"MemoryRegions":     Links(regions...),
+		},
+		"Oem": Obj{"CxlPool": oem},
+	}
+	if ch.Name != "" {
+		o["DisplayName"] = ch.Name
+	}
+	if placed {
+		o["AddressRangeOffsetMiB"] = mib(offset)
+	}
+	return o
+}

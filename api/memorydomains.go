@@ -1,0 +1,119 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// MemoryDomains/Pool is the pool of dynamic capacity chunks are carved
+// from: every DC region of the device.
+
+func (s *Server) memoryDomainRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, MemoryDomainsURI, PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		return s.WriteCollection(c, Collection{ODataID: MemoryDomainsURI, ODataType: "#MemoryDomainCollection.MemoryDomainCollection",
+			Name: "Memory Domains", Members: []string{MemoryDomainURI},
+			Expand: func(string) (any, error) { return s.memoryDomain(v, PrincipalOf(c)), nil }})
+	})
+	s.Handle(http.MethodGet, MemoryDomainURI, PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, PrincipalOf(c)))
+	})
+}
+
+func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
+	u := v.usage()
+	var lds []string
+	for _, h := range v.heads {
+		if p.CanSeeHost(dcd.HostID(h.LD)) {
+			lds = append(lds, LogicalDeviceURI(dcd.HostID(h.LD)))
+		}
+	}
+	regions := make([]Obj, 0, len(v.box.Regions))
+	for _, r := range v.box.Regions {
+		used := uint64(0)
+		for _, ch := range v.chunks {
+			if ch.Region == r.Index {
+				used += ch.Size
+			}
+		}
+		for _, o := range v.orphans {
+			for _, e := range o.Extents {
+				if r.Contains(e.DPA, e.Length) {
+					used += e.Length
+				}
+			}
+		}
+		regions = append(regions, Obj{
+			"Region":       r.Index,
+			"Sharable":     r.Sharable,
+			"SizeMiB":      mib(r.Length),
+			"FreeMiB":      mib(r.Length - min(used, r.Length)),
+			"BlockSizeMiB": mib(r.BlockSize),
+		})
+	}
+	oem := Obj{"FreeMiB": mib(u.free), "Regions": regions}
+	if p.Has(PrivApplianceView) {
+		oem["ReservedMiB"] = mib(u.reserved)
+		oem["GrantedMiB"] = mib(u.granted)
+		oem["SharedMiB"] = mib(u.shared)
+		oem["OrphanedMiB"] = mib(u.orphaned)
+	}
+	if p.IsHost() {
+		h := *p.HostID
+		oem["QuotaMiB"] = mib(v.hosts[h].Quota)
+		// HeldMiB is what counts against the quota: chunks the host
+		// reserved itself and those it holds or is being given.
+		oem["HeldMiB"] = mib(s.hostCommitted(v, h))
+	}
+	block := mib(v.blockSize())
+	return Obj{
+		"@odata.id":                 MemoryDomainURI,
+		"@odata.type":               "#MemoryDomain.v1_5_1.MemoryDomain",
+		"Id":                        "Pool",
+		"Name":                      "CXL Memory Pool",
+		"Description":               "The device's dynamic capacity, from which memory chunks are reserved",
+		"MemorySizeMiB":             mib(u.total),
+		"AllowsMemoryChunkCreation": true,
+		"AllowsBlockProvisioning":   false,
+		"AllowsMirroring":           false,
+		"AllowsSparing":             false,
+		"MinMemoryChunkSizeMiB":     block,
+		"MemoryChunkIncrementMiB":   block,
+		"MemoryChunks":              Link(ChunksURI),
+		"Status":                    status("Enabled"),
+		"Links":                     Obj{"CXLLogicalDevices": Links(lds...)},
+		"Oem":                       Obj{"CxlPool": oem},
+	}
+}
+
+// hostCommitted is what counts against a host's quota: the chunks it
+// reserved itself and those it holds or is being given, each once.
+func (s *Server) hostCommitted(v *poolView, h dcd.HostID) uint64 {
+	var n uint64
+	for _, ch := range v.chunks {
+		if o, ok := s.capacity.owner(ch); ok && o == h {
+			n += ch.Size
+			continue
+		}
+		for _, g := range v.chunkGrants(ch.ID) {
+			if g.Host == h {
+				n += ch.Size
+				break
+			}
+		}
+	}
+	return n
+}

@@ -1,0 +1,96 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+)
+
+// PCIeDevices/DCD is the multi-headed Dynamic Capacity Device, described
+// from what discovery read from it (Identify, Identify Memory Device, Get
+// DCD Info, the region configuration).
+
+func (s *Server) pcieDeviceRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, PCIeDevicesURI, PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, Collection{ODataID: PCIeDevicesURI, ODataType: "#PCIeDeviceCollection.PCIeDeviceCollection",
+			Name: "PCIe Devices", Members: []string{DCDURI},
+			Expand: func(string) (any, error) { return s.dcdDevice(), nil }})
+	})
+	s.Handle(http.MethodGet, DCDURI, PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.dcdDevice())
+	})
+}
+
+// Add and release policy bits of Get DCD Info (5600h).
+var (
+	addPolicyNames     = []string{"Free", "Contiguous", "Prescriptive"}
+	releasePolicyNames = []string{"TagBased", "Prescriptive"}
+)
+
+func policies(mask uint16, names []string) []string {
+	out := []string{}
+	for i, n := range names {
+		if mask&(1<<i) != 0 {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func hex4(v uint16) string { return fmt.Sprintf("0x%04X", v) }
+
+func (s *Server) dcdDevice() Obj {
+	box := s.mgr.Box()
+	id := box.Identity
+	blocks := make([]Obj, 0, len(box.Regions))
+	sor := make([]Obj, 0, len(box.Regions))
+	for _, r := range box.Regions {
+		blocks = append(blocks, Obj{"RegionNumber": r.Index, "BlockSizeMiB": []uint64{mib(r.BlockSize)}})
+		sor = append(sor, Obj{"RegionNumber": r.Index, "SanitizationOnReleaseSupported": r.SanitizeOnRelease || r.SoRConfigurable})
+	}
+	st := "Enabled"
+	if len(box.Heads) == 0 {
+		st = "UnavailableOffline"
+	}
+	return Obj{
+		"@odata.id":       DCDURI,
+		"@odata.type":     "#PCIeDevice.v1_21_0.PCIeDevice",
+		"Id":              "DCD",
+		"Name":            "Multi-headed Dynamic Capacity Device",
+		"Description":     "The CXL Type 3 memory device whose dynamic capacity the pool hands out",
+		"DeviceType":      "SingleFunction",
+		"Model":           fmt.Sprintf("%04X:%04X", id.VendorID, id.DeviceID),
+		"SerialNumber":    serialString(id.Serial),
+		"FirmwareVersion": id.FirmwareRevision,
+		"Status":          status(st),
+		"CXLDevice": Obj{
+			// A device holding dynamic capacity is a memory expander.
+			"DeviceType":              "Type3",
+			"MaxNumberLogicalDevices": len(box.Heads),
+			"DynamicCapacity": Obj{
+				"MaxDynamicCapacityRegions":        len(box.Regions),
+				"MaxHosts":                         len(box.Heads),
+				"TotalDynamicCapacityMiB":          mib(box.TotalDynamic),
+				"AddCapacityPoliciesSupported":     policies(box.AddPolicies, addPolicyNames),
+				"ReleaseCapacityPoliciesSupported": policies(box.ReleasePolicies, releasePolicyNames),
+				"MemoryBlockSizesSupported":        blocks,
+				"SanitizationOnReleaseSupport":     sor,
+			},
+		},
+		"CXLLogicalDevices": Link(LogicalDevicesURI),
+		"Links":             Obj{"Chassis": Links(ChassisURI)},
+		"Oem": Obj{"CxlPool": Obj{
+			"VendorId":          hex4(id.VendorID),
+			"DeviceId":          hex4(id.DeviceID),
+			"SubsystemVendorId": hex4(id.SubsystemVendorID),
+			"SubsystemId":       hex4(id.SubsysID),
+			"TotalCapacityMiB":  mib(id.TotalCapacity),
+			"ExtentsPerHost":    box.ExtentsPerHost,
+			"TagsPerHost":       box.TagsPerHost,
+		}},
+	}
+}

@@ -1,0 +1,80 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// Systems/{id}/Memory: the pool memory a host holds, one logical Memory
+// per granted chunk (Id = the chunk's Id), backed by that chunk
+// (Links.MemoryMediaSources). Capacity being offered or released is not
+// memory the host has, so only granted grants appear.
+
+func (s *Server) systemMemoryRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory", PrivLogin, func(c echo.Context) error {
+		v, h, err := s.lookupSystem(c)
+		if err != nil {
+			return err
+		}
+		uri := SystemURI(h) + "/Memory"
+		byURI := map[string]dcd.Grant{}
+		var members []string
+		for _, g := range v.hostGrants(h) {
+			if g.State == dcd.GrantGranted {
+				m := SystemMemoryURI(h, g.Chunk)
+				members = append(members, m)
+				byURI[m] = g
+			}
+		}
+		return s.WriteCollection(c, Collection{ODataID: uri, ODataType: "#MemoryCollection.MemoryCollection",
+			Name: SystemID(h) + " Pool Memory", Members: members,
+			Expand: func(m string) (any, error) { return memory(v, byURI[m]), nil }})
+	})
+	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory/:mem", PrivLogin, func(c echo.Context) error {
+		v, h, err := s.lookupSystem(c)
+		if err != nil {
+			return err
+		}
+		if n, ok := parseID(c.Param("mem")); ok {
+			for _, g := range v.hostGrants(h) {
+				if g.Chunk == dcd.ChunkID(n) && g.State == dcd.GrantGranted {
+					return s.WriteResource(c, http.StatusOK, memory(v, g))
+				}
+			}
+		}
+		return ErrResourceNotFound("Memory", c.Param("mem"))
+	})
+}
+
+func memory(v *poolView, g dcd.Grant) Obj {
+	id := strconv.FormatInt(int64(g.Chunk), 10)
+	o := Obj{
+		"@odata.id":            SystemMemoryURI(g.Host, g.Chunk),
+		"@odata.type":          "#Memory.v1_23_0.Memory",
+		"Id":                   id,
+		"Name":                 "Pool Memory " + id,
+		"Description":          "CXL memory lent by the pool: memory chunk " + id,
+		"MemoryDeviceType":     "Logical",
+		"MemoryType":           "DRAM",
+		"OperatingMemoryModes": []string{"Volatile"},
+		"CapacityMiB":          mib(g.Size()),
+		"Enabled":              true,
+		"Status":               status("Enabled"),
+		"Links": Obj{
+			"MemoryMediaSources": Links(ChunkURI(g.Chunk)),
+			"Endpoints":          Links(TargetURI(g.Host)),
+		},
+		"Oem": Obj{"CxlPool": Obj{"Connection": Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}},
+	}
+	if ch, ok := v.chunk(g.Chunk); ok {
+		o["Links"].(Obj)["MemoryRegionMediaSources"] = Links(MemoryRegionURI(g.Host, ch.Region))
+	}
+	return o
+}

@@ -1,0 +1,95 @@
+package api
+
+import (
+	"net/http"
+	"strconv"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// Systems: one ComputerSystem per host head. The service knows a host
+// only through its CXL link, so a system shows the link's state (Status:
+// Enabled while the link is up, UnavailableOffline while it is down) and
+// the pool memory it holds; host accounts see only their own.
+
+func (s *Server) systemRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, SystemsURI, PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		p := PrincipalOf(c)
+		var members []string
+		for _, h := range v.heads {
+			if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
+				members = append(members, SystemURI(ld))
+			}
+		}
+		return s.WriteCollection(c, Collection{ODataID: SystemsURI, ODataType: "#ComputerSystemCollection.ComputerSystemCollection",
+			Name: "Hosts", Members: members,
+			Expand: func(uri string) (any, error) {
+				id, _ := refID(uri, SystemsURI)
+				h, _ := ParseSystemID(id)
+				return system(v, h), nil
+			}})
+	})
+	s.Handle(http.MethodGet, SystemsURI+"/:id", PrivLogin, func(c echo.Context) error {
+		v, h, err := s.lookupSystem(c)
+		if err != nil {
+			return err
+		}
+		return s.WriteResource(c, http.StatusOK, system(v, h))
+	})
+}
+
+// lookupSystem finds the host the path names, if the caller may see it.
+func (s *Server) lookupSystem(c echo.Context) (*poolView, dcd.HostID, error) {
+	v, err := s.view(c.Request().Context())
+	if err != nil {
+		return nil, 0, err
+	}
+	h, err := ParseSystemID(c.Param("id"))
+	if err != nil || !hostVisible(PrincipalOf(c), v, h) {
+		return nil, 0, ErrResourceNotFound("ComputerSystem", c.Param("id"))
+	}
+	return v, h, nil
+}
+
+func system(v *poolView, h dcd.HostID) Obj {
+	head, _ := v.head(h)
+	host := v.hosts[h]
+	name := host.Name
+	if name == "" {
+		name = SystemID(h)
+	}
+	granted := v.hostGrantedBytes(h)
+	o := Obj{
+		"@odata.id":   SystemURI(h),
+		"@odata.type": "#ComputerSystem.v1_27_0.ComputerSystem",
+		"Id":          SystemID(h),
+		"Name":        name,
+		"Description": "A host attached to the pool through head port " + strconv.Itoa(int(head.Port)),
+		"SystemType":  "Physical",
+		"Status":      status(linkState(head)),
+		"Memory":      Link(SystemURI(h) + "/Memory"),
+		// The only memory the service knows of: what the pool lends.
+		"MemorySummary": Obj{"TotalSystemMemoryGiB": float64(granted) / (1 << 30)},
+		"Links":         Obj{"Endpoints": Links(InitiatorURI(h))},
+		"Oem": Obj{"CxlPool": Obj{
+			"LinkUp":        head.LinkUp,
+			"Port":          head.Port,
+			"QuotaMiB":      mib(host.Quota),
+			"GrantedMiB":    mib(granted),
+			"LogicalDevice": Link(LogicalDeviceURI(h)),
+		}},
+	}
+	if host.Name != "" {
+		o["HostName"] = host.Name
+	}
+	return o
+}

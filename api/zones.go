@@ -1,0 +1,64 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+)
+
+// Zones: one ZoneOfEndpoints per host, holding its initiator and the
+// target of its LD. A multi-headed device isolates heads in hardware, so
+// the zones are fixed: they describe the isolation, nobody edits them.
+
+func (s *Server) zoneRoutes() {
+	if s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, ZonesURI, PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		p := PrincipalOf(c)
+		var members []string
+		for _, h := range v.heads {
+			if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
+				members = append(members, ZoneURI(ld))
+			}
+		}
+		return s.WriteCollection(c, Collection{ODataID: ZonesURI, ODataType: "#ZoneCollection.ZoneCollection",
+			Name: "CXL Zones", Members: members,
+			Expand: func(uri string) (any, error) {
+				id, _ := refID(uri, ZonesURI)
+				h, _ := ParseSystemID(id)
+				return zone(v, h), nil
+			}})
+	})
+	s.Handle(http.MethodGet, ZonesURI+"/:id", PrivLogin, func(c echo.Context) error {
+		v, err := s.view(c.Request().Context())
+		if err != nil {
+			return err
+		}
+		h, err := ParseSystemID(c.Param("id"))
+		if err != nil || !hostVisible(PrincipalOf(c), v, h) {
+			return ErrResourceNotFound("Zone", c.Param("id"))
+		}
+		return s.WriteResource(c, http.StatusOK, zone(v, h))
+	})
+}
+
+func zone(v *poolView, h dcd.HostID) Obj {
+	head, _ := v.head(h)
+	return Obj{
+		"@odata.id":   ZoneURI(h),
+		"@odata.type": "#Zone.v1_6_3.Zone",
+		"Id":          SystemID(h),
+		"Name":        SystemID(h) + " Zone",
+		"Description": "What " + SystemID(h) + " can reach: its own logical device",
+		"ZoneType":    "ZoneOfEndpoints",
+		"Status":      status(linkState(head)),
+		"Links":       Obj{"Endpoints": Links(InitiatorURI(h), TargetURI(h))},
+	}
+}
