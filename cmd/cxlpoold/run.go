@@ -69,7 +69,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", app.ExportAddr)
 	}
 	srv, err := api.New(api.Config{
-		Manager: app.Manager, DataDir: *data, Logger: log.With("component", "api"),
+		Manager: app.Manager, Device: app.Device, DataDir: *data, Logger: log.With("component", "api"),
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
 	})
 	if err != nil {
