@@ -261,6 +261,9 @@ func (p *Port) Read(b []byte) (int, error) {
 func (p *Port) Write(b []byte) (int, error) {
 	p.wmu.Lock()
 	defer p.wmu.Unlock()
+	if p.ctx.Err() != nil {
+		return 0, fmt.Errorf("usblink: write: %w", io.ErrClosedPipe)
+	}
 	done := 0
 	for done < len(b) {
 		n, err := p.dev.BulkOut(p.ctx, b[done:])
