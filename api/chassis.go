@@ -60,5 +60,6 @@ func (s *Server) chassis() Obj {
 			o[sub.prop] = Link(sub.uri)
 		}
 	}
+	s.chassisBoard(o) // the identify LED (headpower.go)
 	return o
 }

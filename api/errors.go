@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"cxlpool/bmc"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 )
@@ -243,6 +244,24 @@ func FromDomain(err error, t Target) *Error {
 			"offer was withdrawn. Check that the host is running and retry.")
 	case errors.Is(err, dcd.ErrLinkDown):
 		return general(http.StatusConflict, "The host's CXL link is down. Retry when the link is up.")
+	case errors.Is(err, dcd.ErrFenced):
+		return general(http.StatusConflict, "The host's head is being power-cycled or is powered off, and its "+
+			"capacity is fenced. Retry after the head is powered on again.")
+	case errors.Is(err, bmc.ErrNotFound):
+		return ErrResourceNotFound(t.Type, t.ID).WithCause(err)
+	case errors.Is(err, bmc.ErrUnavailable):
+		e := ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		e.Messages[0].Resolution = "The board controller does not answer on the device link, or the sensor, fan, " +
+			"power supply or head cannot be read or driven now. Board readings and controls are unavailable " +
+			"until it answers; retry later."
+		return e
+	case errors.Is(err, bmc.ErrInvalid):
+		return general(http.StatusBadRequest, "The board refused the value: "+domainReason(err)+
+			". Correct the request and resubmit it.")
+	case errors.Is(err, bmc.ErrUnsupported):
+		return general(http.StatusBadRequest, "The board does not support this operation: "+domainReason(err)+".")
+	case errors.Is(err, bmc.ErrBusy):
+		return ErrResourceInUse().WithCause(err)
 	case errors.Is(err, dcd.ErrDeviceBusy):
 		return ErrServiceUnavailable(retryBusySeconds).WithCause(err)
 	case errors.Is(err, fabric.ErrTimeout), errors.Is(err, fabric.ErrClosed):
@@ -259,7 +278,7 @@ func FromDomain(err error, t Target) *Error {
 // what was wrong without the call chain ("size must be positive").
 func domainReason(err error) string {
 	s := err.Error()
-	for _, sentinel := range []error{dcd.ErrInvalid} {
+	for _, sentinel := range []error{dcd.ErrInvalid, bmc.ErrInvalid, bmc.ErrUnsupported} {
 		s = strings.TrimSuffix(s, ": "+sentinel.Error())
 	}
 	if i := strings.LastIndex(s, ": "); i >= 0 {

@@ -13,11 +13,12 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"cxlpool/bmc"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 )
 
-// TestFromDomain checks that every dcd and fabric sentinel maps to a
+// TestFromDomain checks that every dcd, bmc and fabric sentinel maps to a
 // registry message and a status, wrapped or not, and that only device
 // trouble is a 5xx.
 func TestFromDomain(t *testing.T) {
@@ -41,6 +42,12 @@ func TestFromDomain(t *testing.T) {
 		{dcd.ErrHostRejected, http.StatusConflict, "Base.GeneralError", false},
 		{dcd.ErrHostTimeout, http.StatusConflict, "Base.GeneralError", false},
 		{dcd.ErrLinkDown, http.StatusConflict, "Base.GeneralError", false},
+		{dcd.ErrFenced, http.StatusConflict, "Base.GeneralError", false},
+		{bmc.ErrNotFound, http.StatusNotFound, "Base.ResourceNotFound", false},
+		{bmc.ErrUnavailable, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
+		{bmc.ErrInvalid, http.StatusBadRequest, "Base.GeneralError", false},
+		{bmc.ErrUnsupported, http.StatusBadRequest, "Base.GeneralError", false},
+		{bmc.ErrBusy, http.StatusConflict, "Base.ResourceInUse", false},
 		{dcd.ErrDeviceBusy, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
 		{dcd.ErrDevice, http.StatusInternalServerError, "Base.UndeterminedFault", false},
 		{fabric.ErrTimeout, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},

@@ -16,8 +16,8 @@ func (s *Server) fabricRoutes() {
 	}
 	s.Handle(http.MethodGet, FabricsURI, PrivLogin, func(c echo.Context) error {
 		return s.WriteCollection(c, Collection{ODataID: FabricsURI, ODataType: "#FabricCollection.FabricCollection",
-			Name: "Fabrics", Members: []string{FabricURI},
-			Expand: func(string) (any, error) { return s.fabric(), nil }})
+			Name: "Fabrics", Members: append([]string{FabricURI}, s.exportFabrics(PrincipalOf(c))...),
+			Expand: s.expandFabric})
 	})
 	s.Handle(http.MethodGet, FabricURI, PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.fabric())

@@ -40,6 +40,8 @@ var knownPaths = []string{
 	"/redfish/v1/Fabrics/CXL/Connections", "/redfish/v1/Fabrics/CXL/Connections/1", "/redfish/v1/Fabrics/CXL/Connections/2",
 	"/redfish/v1/Systems", "/redfish/v1/Systems/Host0/Memory", "/redfish/v1/Systems/Host0/Memory/1", "/redfish/v1/Systems/Host01",
 	"/redfish/v1/UpdateService/FirmwareInventory/FM",
+	"/redfish/v1/Fabrics/RDMA", "/redfish/v1/Fabrics/RDMA/Endpoints/Pool", "/redfish/v1/Fabrics/RDMA/Endpoints/rack7",
+	"/redfish/v1/Fabrics/RDMA/Connections", "/redfish/v1/Fabrics/RDMA/Connections/0123456789abcdef",
 }
 
 var queries = []string{"", "?$top=2", "?$skip=1&$top=1", "?$select=Id,Name", "?$expand=.", "?$expand=*($levels=9)",
@@ -55,7 +57,9 @@ var bodies = []string{"", "{}", "null", "[]", `{"UserName":"u1","Password":"pass
 	`{"ConnectionType":"Memory","MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/1"}}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host0"}]}}`,
 	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/2"}}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host1"},{"@odata.id":"/redfish/v1/Fabrics/CXL/Endpoints/Host2"}]}}`,
 	`{"MemoryChunkInfo":[{"MemoryChunk":null}],"Links":{"InitiatorEndpoints":[{}]}}`, `{"MemoryChunkInfo":[{}],"Links":[]}`,
-	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":7}}],"Links":{"InitiatorEndpoints":"Host0"}}`}
+	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":7}}],"Links":{"InitiatorEndpoints":"Host0"}}`,
+	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/1"}}],"Oem":{"CxlPool":{"Client":"rack7","Offset":4096,"Expiry":"PT1H"}}}`,
+	`{"MemoryChunkInfo":[{"MemoryChunk":{"@odata.id":"/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/1"},"AccessCapabilities":[]}],"Links":{"InitiatorEndpoints":[{"@odata.id":"/redfish/v1/Fabrics/RDMA/Endpoints/rack7"}]},"Oem":{"CxlPool":{"Length":18446744073709551615,"Expiry":"P"}}}`}
 
 var methods = []string{"GET", "HEAD", "POST", "PATCH", "PUT", "DELETE", "OPTIONS", "TRACE", "PROPFIND", "X"}
 

@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -43,6 +44,7 @@ import (
 
 	"cxlpool/dcd"
 	"cxlpool/fabric"
+	"cxlpool/rdma"
 )
 
 // Config holds the service's dependencies and policy knobs. Zero values
@@ -88,6 +90,21 @@ type Config struct {
 	// PushClient delivers events to subscribers (a client with a 10 s
 	// timeout).
 	PushClient *http.Client
+	// Exports serves pool memory to remote racks: the Fabrics/RDMA
+	// resources (exports.go). Nil: no exports and no RDMA fabric.
+	Exports *rdma.Service
+	// ExportAddr is the export server's address, shown to clients (nil:
+	// no export server listens).
+	ExportAddr net.Addr
+	// ExportVerbs says the RDMA verbs transport serves the exports too:
+	// the fabric is then RoCEv2 rather than TCP.
+	ExportVerbs bool
+	// Board is board management (board.go): thermal, power, sensors,
+	// the identify LED and head power. Nil: none of them is served.
+	Board Board
+	// Telemetry is the CHMU pipeline behind the TelemetryService
+	// (telemetry.go). Nil: the service shows itself disabled.
+	Telemetry Telemetry
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed
@@ -253,9 +270,13 @@ func (s *Server) routes() []func() {
 		s.endpointRoutes,
 		s.zoneRoutes,
 		s.connectionRoutes,
+		s.exportRoutes,
 		s.systemRoutes,
 		s.systemMemoryRoutes,
+		s.boardRoutes,
 		s.updateServiceRoutes,
+		s.consoleRoutes,
+		s.telemetryRoutes,
 	}
 }
 

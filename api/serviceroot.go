@@ -78,6 +78,23 @@ var odataTypes = []string{
 	"#UpdateService.v1_17_0.UpdateService",
 	"#SoftwareInventoryCollection.SoftwareInventoryCollection",
 	"#SoftwareInventory.v1_13_0.SoftwareInventory",
+	"#TelemetryService.v1_4_1.TelemetryService",
+	"#MetricDefinitionCollection.MetricDefinitionCollection",
+	"#MetricDefinition.v1_3_5.MetricDefinition",
+	"#MetricReportDefinitionCollection.MetricReportDefinitionCollection",
+	"#MetricReportDefinition.v1_4_7.MetricReportDefinition",
+	"#MetricReportCollection.MetricReportCollection",
+	"#MetricReport.v1_5_2.MetricReport",
+	"#ThermalSubsystem.v1_5_0.ThermalSubsystem",
+	"#FanCollection.FanCollection",
+	"#Fan.v1_6_0.Fan",
+	"#ThermalMetrics.v1_3_2.ThermalMetrics",
+	"#PowerSubsystem.v1_1_3.PowerSubsystem",
+	"#PowerSupplyCollection.PowerSupplyCollection",
+	"#PowerSupply.v1_6_0.PowerSupply",
+	"#PowerSupplyMetrics.v1_2_0.PowerSupplyMetrics",
+	"#SensorCollection.SensorCollection",
+	"#Sensor.v1_12_0.Sensor",
 }
 
 // topLevel are ServiceRoot's navigation properties and their URIs; each

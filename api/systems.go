@@ -35,7 +35,9 @@ func (s *Server) systemRoutes() {
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, SystemsURI)
 				h, _ := ParseSystemID(id)
-				return system(v, h), nil
+				o := system(v, h)
+				s.systemBoard(c.Request().Context(), o, h) // head power (headpower.go)
+				return o, nil
 			}})
 	})
 	s.Handle(http.MethodGet, SystemsURI+"/:id", PrivLogin, func(c echo.Context) error {
@@ -43,7 +45,9 @@ func (s *Server) systemRoutes() {
 		if err != nil {
 			return err
 		}
-		return s.WriteResource(c, http.StatusOK, system(v, h))
+		o := system(v, h)
+		s.systemBoard(c.Request().Context(), o, h) // head power (headpower.go)
+		return s.WriteResource(c, http.StatusOK, o)
 	})
 }
 

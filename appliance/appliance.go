@@ -60,6 +60,19 @@ type Config struct {
 	// DAXPath maps the pool for exports on hardware (a /dev/daxX.Y
 	// device); the virtual box's memory is mapped directly.
 	DAXPath string
+	// Board configures board management (board.go).
+	Board BoardConfig
+	// CHMU locates a real device's hotness monitoring unit for telemetry
+	// (telemetry.go): PATH[@OFFSET] of its PCI BAR resource file, or
+	// pci:BDF. Empty with a real device: telemetry is off. The virtual
+	// box's CHMU is built in.
+	CHMU string
+	// SimWorkload is the synthetic workload the virtual box's hosts run
+	// once they hold capacity: none (or empty), mixed, zipf, hotset or
+	// kvcache.
+	SimWorkload string
+	// Telemetry tunes the telemetry pipeline.
+	Telemetry TelemetryConfig
 }
 
 // Appliance is a running daemon's parts.
@@ -74,7 +87,12 @@ type Appliance struct {
 	Exports *rdma.Service
 	// ExportAddr is the export server's address once started.
 	ExportAddr net.Addr
-	closers    []func() error
+	// Board is board management: sensors, fans, PSUs, head power (board.go).
+	Board *Board
+	// Telemetry is the CHMU pipeline (telemetry.go); nil when the device
+	// has no CHMU the daemon can reach.
+	Telemetry *Telemetry
+	closers   []func() error
 }
 
 // Open connects to the device and opens the ledger. On error nothing is
@@ -116,6 +134,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if fcfg.Clock == nil {
 		fcfg.Clock = cfg.Clock
 	}
+	a.prepareBoard(&fcfg)
 	var dev fabric.Device
 	if cfg.Device == DeviceSim {
 		rw, err := a.startSim(ctx)
@@ -246,6 +265,10 @@ func (a *Appliance) openExports() error {
 func (a *Appliance) Start(ctx context.Context) error {
 	if err := a.Manager.Start(ctx); err != nil {
 		return fmt.Errorf("appliance: %w", err)
+	}
+	a.startBoard(ctx)
+	if err := a.startTelemetry(ctx); err != nil {
+		return err
 	}
 	if a.Exports == nil {
 		return nil

@@ -26,6 +26,9 @@ var (
 	ErrLinkDown      = errors.New("host link is down")
 	ErrDeviceBusy    = errors.New("device is busy")
 	ErrDevice        = errors.New("device error")
+	// ErrFenced: the host's head is being power-cycled (or is off after
+	// a ForceOff); no capacity goes to it until the fence is lifted.
+	ErrFenced = errors.New("host is fenced for a head power cycle")
 )
 
 // HostID is a host's LD-ID on the multi-headed device (0–7 in this box).

@@ -95,6 +95,11 @@ type Manager struct {
 	reconcileMu sync.Mutex
 	resets      atomic.Uint64 // device resets seen, so flows can tell why an offer vanished
 	reconc      chan struct{}
+	// admit is held shared by BeginGrant from its fence check until its
+	// flow is registered, so Fence (which takes it exclusively to raise a
+	// fence) knows every grant that got past the check. fenced is under mu.
+	admit  sync.RWMutex
+	fenced map[HostID]string // host → why its grants are refused (fence.go)
 
 	bg sync.WaitGroup
 }
@@ -114,6 +119,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		subs:    make(map[chan Change]struct{}),
 		flights: make(map[GrantID]*flight),
 		reconc:  make(chan struct{}, 1),
+		fenced:  make(map[HostID]string),
 	}, nil
 }
 
@@ -338,6 +344,11 @@ func (m *Manager) BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 	if !ok {
 		return Grant{}, fmt.Errorf("grant chunk %d: host %d: %w", chunk, host, ErrNotFound)
 	}
+	m.admit.RLock()
+	defer m.admit.RUnlock()
+	if why := m.fenceReason(host); why != "" {
+		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %s: %w", chunk, host, why, ErrFenced)
+	}
 	if !h.LinkUp {
 		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, ErrLinkDown)
 	}
@@ -385,12 +396,25 @@ func (m *Manager) Release(ctx context.Context, id GrantID) (Grant, error) {
 // BeginRelease records the intent to release and runs the device side in
 // the background.
 func (m *Manager) BeginRelease(ctx context.Context, id GrantID) (Grant, error) {
+	return m.beginRelease(ctx, id, false, "")
+}
+
+// beginRelease is BeginRelease; forced skips asking the host (the release
+// is forced from the first command) and reason, when the ledger can keep
+// one (ReasonedReleaser), records why the release was started.
+func (m *Manager) beginRelease(ctx context.Context, id GrantID, forced bool, reason string) (Grant, error) {
 	if m.cfg.BeforeRelease != nil {
 		if err := m.cfg.BeforeRelease(ctx, id); err != nil {
 			return Grant{}, fmt.Errorf("release grant %d: %w", id, err)
 		}
 	}
-	g, err := m.cfg.Ledger.BeginRelease(ctx, id)
+	var g Grant
+	var err error
+	if rr, ok := m.cfg.Ledger.(ReasonedReleaser); ok && reason != "" {
+		g, err = rr.BeginReleaseReason(ctx, id, reason)
+	} else {
+		g, err = m.cfg.Ledger.BeginRelease(ctx, id)
+	}
 	if err != nil {
 		return g, fmt.Errorf("release grant %d: %w", id, err)
 	}
@@ -399,7 +423,7 @@ func (m *Manager) BeginRelease(ctx context.Context, id GrantID) (Grant, error) {
 	if err != nil {
 		return g, fmt.Errorf("release grant %d: %w", id, err)
 	}
-	m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, false) })
+	m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, false, forced) })
 	return g, nil
 }
 
@@ -477,7 +501,7 @@ func grantErr(g Grant) error {
 	case GrantFailed, GrantLost:
 		// Reasons are stored as text (they must survive restarts) and
 		// start with the sentinel's text, as failGrant writes them.
-		for _, e := range []error{ErrHostRejected, ErrHostTimeout, ErrLinkDown, ErrDeviceBusy, ErrNoCapacity, ErrDevice} {
+		for _, e := range []error{ErrHostRejected, ErrHostTimeout, ErrLinkDown, ErrDeviceBusy, ErrNoCapacity, ErrFenced, ErrDevice} {
 			if strings.HasPrefix(g.Reason, e.Error()) {
 				return fmt.Errorf("grant %d: %s: %w", g.ID, g.Reason, e)
 			}
@@ -494,6 +518,10 @@ func grantErr(g Grant) error {
 // be sent again. committed, when not nil, delivers the outcome of the
 // intent's commit, which may still be in progress when runAdd starts.
 func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed bool, committed <-chan error) Grant {
+	// The locks are held until the outcome is in the ledger: the next
+	// grant of this chunk must see whether this one placed the capacity.
+	defer m.lockChunk(g.Chunk)()
+	defer m.lockHost(g.Host)()
 	accepted, why, ok := m.runAddDevice(ctx, g, c, others, resumed)
 	if committed != nil {
 		if err := <-committed; err != nil {
@@ -523,8 +551,6 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 // outcome is unknown (the device could not be asked) and is left to
 // reconcile.
 func (m *Manager) runAddDevice(ctx context.Context, g Grant, c Chunk, others, resumed bool) (accepted []cci.Extent, why error, ok bool) {
-	defer m.lockChunk(g.Chunk)()
-	defer m.lockHost(g.Host)()
 	events := m.watch(g.Host)
 	defer m.unwatch(g.Host, events)
 	resets := m.resets.Load()
@@ -718,13 +744,14 @@ func (m *Manager) failGrant(ctx context.Context, g Grant, why error) Grant {
 // release when the host does not answer in time, and returns the grant as
 // it left it. resumed is set when reconcile picked up a release a crash
 // interrupted: the host may have answered already, so the device is asked
-// before anything is waited for.
-func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed bool) Grant {
+// before anything is waited for. force forces the release from the start
+// (a head about to lose power cannot answer).
+func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed, force bool) Grant {
 	defer m.lockChunk(g.Chunk)()
 	defer m.lockHost(g.Host)()
 	events := m.watch(g.Host)
 	defer m.unwatch(g.Host, events)
-	forced := false
+	forced := force
 	send := func() error {
 		req := fabric.ReleaseRequest{Host: uint16(g.Host), Policy: fabric.ReleaseTagBased, Forced: forced,
 			Sanitize: true, Length: g.Size(), Tag: c.Tag}
@@ -737,7 +764,8 @@ func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed bool
 	}
 	deadline := time.NewTimer(m.cfg.ReleaseTimeout)
 	defer deadline.Stop()
-	check := resumed
+	// A forced release takes effect at once: look before waiting.
+	check := resumed || force
 	for {
 		if check {
 			held, err := m.holds(ctx, g.Host, c.Tag)

@@ -551,3 +551,40 @@ func TestHostGivesCapacityBack(t *testing.T) {
 		t.Errorf("Grant after the host gave the chunk back: %v", err)
 	}
 }
+
+// Grants of one sharable chunk to several hosts at once: whichever flow
+// runs first places the capacity, the others share it.
+func TestConcurrentSharedGrants(t *testing.T) {
+	s := newStack(t, nil)
+	ctx := ctxT(t)
+	for round := 0; round < 5; round++ {
+		c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1, Sharable: true})
+		if err != nil {
+			t.Fatalf("Reserve: %v", err)
+		}
+		var ids []dcd.GrantID
+		for h := dcd.HostID(0); h < 4; h++ {
+			g, err := s.m.BeginGrant(ctx, c.ID, h)
+			if err != nil {
+				t.Fatalf("BeginGrant host %d: %v", h, err)
+			}
+			ids = append(ids, g.ID)
+		}
+		for i, id := range ids {
+			if g, err := s.m.AwaitGrant(ctx, id); err != nil || g.State != dcd.GrantGranted {
+				t.Fatalf("round %d host %d: %s %v, want granted", round, i, g.State, err)
+			}
+		}
+		want := s.deviceHolds(t, 0, c.Tag)
+		for h := dcd.HostID(1); h < 4; h++ {
+			if diff := cmp.Diff(want, s.deviceHolds(t, h, c.Tag)); diff != "" {
+				t.Errorf("round %d: host %d holds other extents than host 0 (-0 +%d):\n%s", round, h, h, diff)
+			}
+		}
+		for _, id := range ids {
+			if _, err := s.m.Release(ctx, id); err != nil {
+				t.Fatalf("Release: %v", err)
+			}
+		}
+	}
+}

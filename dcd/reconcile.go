@@ -111,7 +111,7 @@ func (m *Manager) Reconcile(ctx context.Context) (ReconcileReport, error) {
 			}
 		case GrantReleasing:
 			if len(held) > 0 || pending {
-				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, true) })
+				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, true, false) })
 				rep.Resumed++
 				continue
 			}

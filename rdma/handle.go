@@ -76,6 +76,26 @@ type Handle struct {
 	g      gate
 	ctx    context.Context
 	cancel context.CancelFunc
+
+	// Traffic counters (see Traffic).
+	reads, writes, atomics  atomic.Uint64
+	bytesRead, bytesWritten atomic.Uint64
+}
+
+// Traffic counts what clients did through an export: the operations that
+// passed its checks and the bytes they moved, as the transport executed
+// them (a transfer a client striped over several connections counts once
+// per piece). Bytes that hardware moves (rdma/verbs registers the memory
+// with the HCA) are not seen, so not counted.
+type Traffic struct {
+	Reads, Writes, Atomics  uint64
+	BytesRead, BytesWritten uint64
+}
+
+// Traffic returns the export's counters so far.
+func (h *Handle) Traffic() Traffic {
+	return Traffic{Reads: h.reads.Load(), Writes: h.writes.Load(), Atomics: h.atomics.Load(),
+		BytesRead: h.bytesRead.Load(), BytesWritten: h.bytesWritten.Load()}
 }
 
 // newHandle maps exp's part of extents (already in export order).
@@ -145,7 +165,28 @@ func (h *Handle) Regions() [][]byte {
 // and appends the mapped slices it covers to dst (more than one when the
 // range spans device extents). Until Unpin the bytes stay the export's:
 // Revoke waits for them. Every successful Pin needs exactly one Unpin.
+// A successful Pin for PermRead or PermWrite counts as a READ or WRITE of
+// n bytes in Traffic.
 func (h *Handle) Pin(dst [][]byte, off, n uint64, perm Perm) ([][]byte, error) {
+	dst, err := h.Hold(dst, off, n, perm)
+	if err != nil {
+		return dst, err
+	}
+	switch perm {
+	case PermRead:
+		h.reads.Add(1)
+		h.bytesRead.Add(n)
+	case PermWrite:
+		h.writes.Add(1)
+		h.bytesWritten.Add(n)
+	}
+	return dst, nil
+}
+
+// Hold is Pin without counting traffic, for a transport that pins to look
+// at addresses (to order its own operations) or to hand the memory to
+// hardware, rather than to move bytes itself.
+func (h *Handle) Hold(dst [][]byte, off, n uint64, perm Perm) ([][]byte, error) {
 	if !h.exp.Perms.Has(perm) {
 		return dst, ErrPerm
 	}
@@ -212,7 +253,7 @@ func (h *Handle) WriteAt(p []byte, off uint64) error {
 // word pins the 8-byte word at off for an atomic.
 func (h *Handle) word(off uint64) (*uint64, error) {
 	var arr [1][]byte
-	segs, err := h.Pin(arr[:0], off, 8, PermReadWrite)
+	segs, err := h.Hold(arr[:0], off, 8, PermReadWrite)
 	if err != nil {
 		return nil, err
 	}
@@ -235,6 +276,7 @@ func (h *Handle) CompareAndSwap(off, compare, swap uint64) (uint64, error) {
 		return 0, err
 	}
 	defer h.Unpin()
+	h.atomics.Add(1)
 	for {
 		cur := atomic.LoadUint64(p)
 		if cur != compare {
@@ -254,6 +296,7 @@ func (h *Handle) FetchAdd(off, delta uint64) (uint64, error) {
 		return 0, err
 	}
 	defer h.Unpin()
+	h.atomics.Add(1)
 	return atomic.AddUint64(p, delta) - delta, nil
 }
 

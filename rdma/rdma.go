@@ -196,4 +196,8 @@ type CreateRequest struct {
 	// the end of the chunk's capacity.
 	Offset, Length uint64
 	Expiry         time.Time // zero: never
+	// TTL, if positive, sets Expiry to TTL after creation by the
+	// Service's clock, the one that enforces it (Expiry must then be
+	// zero).
+	TTL time.Duration
 }

@@ -115,6 +115,12 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 	if !r.Perms.Valid() {
 		return Export{}, fmt.Errorf("rdma: permissions %s: %w", r.Perms, ErrInvalid)
 	}
+	switch {
+	case r.TTL < 0, r.TTL > 0 && !r.Expiry.IsZero():
+		return Export{}, fmt.Errorf("rdma: TTL %s with expiry %s: %w", r.TTL, r.Expiry.Format(time.RFC3339), ErrInvalid)
+	case r.TTL > 0:
+		r.Expiry = now.Add(r.TTL)
+	}
 	if !r.Expiry.IsZero() && !r.Expiry.After(now) {
 		return Export{}, fmt.Errorf("rdma: expiry %s is not in the future: %w", r.Expiry.Format(time.RFC3339), ErrInvalid)
 	}
@@ -245,6 +251,17 @@ func (s *Service) Get(id ExportID) (Export, error) {
 		return Export{}, fmt.Errorf("rdma: %s: %w", id, ErrNotFound)
 	}
 	return h.Export(), nil
+}
+
+// Traffic returns an export's traffic counters.
+func (s *Service) Traffic(id ExportID) (Traffic, error) {
+	s.mu.RLock()
+	h := s.exports[id]
+	s.mu.RUnlock()
+	if h == nil {
+		return Traffic{}, fmt.Errorf("rdma: %s: %w", id, ErrNotFound)
+	}
+	return h.Traffic(), nil
 }
 
 // List returns the live exports, tokens zeroed, oldest first.

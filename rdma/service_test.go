@@ -30,7 +30,7 @@ func (c *clock) Advance(d time.Duration) { c.ns.Add(int64(d)) }
 
 func TestCreateValidation(t *testing.T) {
 	clk := newClock()
-	env := fake.NewEnv(t, rdma.Config{Clock: clk.Now, MaxExports: 3})
+	env := fake.NewEnv(t, rdma.Config{Clock: clk.Now, MaxExports: 4})
 	ungranted := env.Ledger.AddChunk(2<<20, false)
 	adding := env.Ledger.AddChunk(2<<20, false)
 	env.Ledger.AddGrant(adding.ID, 1, dcd.GrantAdding)
@@ -51,6 +51,9 @@ func TestCreateValidation(t *testing.T) {
 		{"no perms", with(func(r *rdma.CreateRequest) { r.Perms = 0 }), dcd.ErrInvalid},
 		{"unknown perm", with(func(r *rdma.CreateRequest) { r.Perms = 4 }), dcd.ErrInvalid},
 		{"expiry past", with(func(r *rdma.CreateRequest) { r.Expiry = clk.Now() }), dcd.ErrInvalid},
+		{"ttl", with(func(r *rdma.CreateRequest) { r.TTL = time.Hour }), nil},
+		{"negative ttl", with(func(r *rdma.CreateRequest) { r.TTL = -time.Second }), dcd.ErrInvalid},
+		{"ttl and expiry", with(func(r *rdma.CreateRequest) { r.TTL, r.Expiry = time.Hour, clk.Now().Add(time.Hour) }), dcd.ErrInvalid},
 		{"offset at end", with(func(r *rdma.CreateRequest) { r.Offset = fake.ChunkSize }), dcd.ErrInvalid},
 		{"length beyond", with(func(r *rdma.CreateRequest) { r.Offset, r.Length = 1, fake.ChunkSize }), dcd.ErrInvalid},
 		{"unknown chunk", with(func(r *rdma.CreateRequest) { r.Chunk = 999 }), dcd.ErrNotFound},
@@ -71,6 +74,9 @@ func TestCreateValidation(t *testing.T) {
 			if !x.ID.Valid() || x.Token.IsZero() || x.Length == 0 || !x.Created.Equal(clk.Now()) {
 				t.Errorf("got export %+v, want an ID, a token, a length and the creation time", x)
 			}
+			if tt.req.TTL > 0 && !x.Expiry.Equal(clk.Now().Add(tt.req.TTL)) {
+				t.Errorf("got expiry %s, want %s after creation", x.Expiry, tt.req.TTL)
+			}
 			got, err := env.Service.Get(x.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -81,8 +87,8 @@ func TestCreateValidation(t *testing.T) {
 			}
 		})
 	}
-	if got := len(env.Service.List()); got != 3 {
-		t.Errorf("got %d exports listed, want 3", got)
+	if got := len(env.Service.List()); got != 4 {
+		t.Errorf("got %d exports listed, want 4", got)
 	}
 	for _, x := range env.Service.List() {
 		if !x.Token.IsZero() {

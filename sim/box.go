@@ -35,14 +35,17 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 
 	"cxlpool/bmc/pldm"
 	"cxlpool/fabric/cci"
 	"cxlpool/sim/board"
+	"cxlpool/sim/chmu"
 	"cxlpool/sim/dram"
 )
 
@@ -54,6 +57,14 @@ type Box struct {
 	faults *Faults
 	hosts  []*Host
 	board  *board.Board // the board controller, at its own EID on every link
+
+	// The hotness monitoring unit and its workloads (hotness.go).
+	chmu       *chmu.Device
+	chmuGrain  uint64 // smallest CHMU unit: host accesses are split at it
+	chmuNotify atomic.Pointer[func(int)]
+	stepMu     sync.Mutex // one workload step at a time; owns wl's generator
+	wlMu       sync.Mutex // guards wl.hosts and wl.gen
+	wl         workloads
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -160,6 +171,11 @@ func New(cfg Config) (*Box, error) {
 		cancel()
 		return nil, fmt.Errorf("sim: board: %w", err)
 	}
+	if err := b.newCHMU(); err != nil {
+		mem.Close()
+		cancel()
+		return nil, err
+	}
 	rl := cfg.regionLength()
 	for i := range cfg.Regions {
 		b.regions = append(b.regions, newRegion(i, uint64(i)*rl, rl, cfg.BlockSize,
@@ -190,6 +206,13 @@ func New(cfg Config) (*Box, error) {
 		defer b.wg.Done()
 		b.notifier(ctx)
 	}()
+	if cfg.WorkloadTick >= 0 {
+		b.wg.Add(1)
+		go func() {
+			defer b.wg.Done()
+			b.runWorkloads(ctx, cmp.Or(cfg.WorkloadTick, defaultWorkloadTick))
+		}()
+	}
 	return b, nil
 }
 

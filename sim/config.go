@@ -10,6 +10,7 @@ import (
 	"cxlpool/fabric/cci"
 	"cxlpool/fabric/mctp"
 	"cxlpool/sim/board"
+	"cxlpool/sim/chmu"
 )
 
 // Supported block sizes: 2 MiB … 1 GiB (5600h block size mask bits 21–30),
@@ -65,6 +66,14 @@ type Config struct {
 	// Board configures the simulated board controller (PLDM at EID 9 on
 	// every link); zero values take its defaults and the box's heads.
 	Board board.Config
+	// CHMU configures the hotness monitoring unit (sim/chmu); zero values
+	// take its defaults (1 instance, a 1024-entry hotlist, 4 KiB … 2 MiB
+	// units) with the box's capacity and clock.
+	CHMU chmu.Config
+	// WorkloadTick is how often the background tick closes CHMU epochs
+	// and steps the workloads (default 10 ms); negative turns it off, for
+	// tests that call StepWorkloads themselves.
+	WorkloadTick time.Duration
 }
 
 // DefaultConfig returns the reference box: 8 heads, 1 TiB in two regions of

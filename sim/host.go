@@ -133,13 +133,17 @@ func (h *Host) access(dpa uint64, n int, fn func() (int, error)) (int, error) {
 // WriteAt writes p at device address dpa, which must lie in extents the
 // host holds.
 func (h *Host) WriteAt(p []byte, dpa uint64) (int, error) {
-	return h.access(dpa, len(p), func() (int, error) { return h.box.mem.WriteAt(p, int64(dpa)) })
+	n, err := h.access(dpa, len(p), func() (int, error) { return h.box.mem.WriteAt(p, int64(dpa)) })
+	h.box.countAccess(dpa, n, true) // the CHMU sees what reached the media
+	return n, err
 }
 
 // ReadAt reads len(p) bytes at device address dpa, which must lie in
 // extents the host holds.
 func (h *Host) ReadAt(p []byte, dpa uint64) (int, error) {
-	return h.access(dpa, len(p), func() (int, error) { return h.box.mem.ReadAt(p, int64(dpa)) })
+	n, err := h.access(dpa, len(p), func() (int, error) { return h.box.mem.ReadAt(p, int64(dpa)) })
+	h.box.countAccess(dpa, n, false)
+	return n, err
 }
 
 // Release gives back every extent with tag that the host holds, unsolicited,

@@ -64,6 +64,9 @@ type Options struct {
 	// AddTimeout is how long a host may take to accept offered capacity
 	// (2 s if zero); tests of hosts that never answer shorten it.
 	AddTimeout time.Duration
+	// Board edits board management's configuration (the management
+	// computer's sensors come from bmc/hwmon's fixture tree by default).
+	Board func(*appliance.BoardConfig)
 }
 
 // Env is a running service with clients.
@@ -114,7 +117,8 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		addTimeout = 2 * time.Second
 	}
 	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: dir, Sim: scfg,
-		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: 2 * time.Second, Synchronous: "NORMAL"})
+		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: 2 * time.Second, Synchronous: "NORMAL", ExportListen: "127.0.0.1:0",
+		Board: boardConfig(t, o)})
 	if err != nil {
 		cancel()
 		t.Fatalf("appliance.Open: %v", err)
@@ -128,7 +132,11 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 	cfg := api.Config{
 		Manager: app.Manager, Device: app.Device, DataDir: dir, Logger: log, Clock: clock.Now,
 		AdminPassword: AdminPassword, FirmwareVersion: "test-1.0", BcryptCost: bcrypt.MinCost,
-		PushRetryInterval: 10 * time.Millisecond,
+		PushRetryInterval: 10 * time.Millisecond, Exports: app.Exports, ExportAddr: app.ExportAddr,
+		Board: app.Board,
+	}
+	if app.Telemetry != nil { // a nil *appliance.Telemetry must stay a nil interface
+		cfg.Telemetry = app.Telemetry
 	}
 	if o.Config != nil {
 		o.Config(&cfg)

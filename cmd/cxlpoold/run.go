@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"cxlpool/api"
@@ -34,6 +35,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.Var(&simBlock, "sim-block-size", "virtual box: DC block size")
 	addTimeout := fs.Duration("add-timeout", 10*time.Second, "how long a host may take to accept offered capacity")
 	releaseTimeout := fs.Duration("release-timeout", 10*time.Second, "how long a host may take to release before the release is forced")
+	chmuLoc := fs.String("chmu", "", "telemetry on a real device: its CHMU register block, PATH[@OFFSET] of a PCI BAR resource file or pci:BDF (empty: telemetry off; the virtual box has its own)")
+	simWorkload := fs.String("sim-workload", appliance.SimWorkloadMixed, "virtual box: the workload hosts run once they hold capacity: none, mixed, zipf, hotset or kvcache")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +48,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	workload, err := appliance.ParseSimWorkload(*simWorkload)
+	if err != nil {
+		return fmt.Errorf("--sim-workload: %w", err)
+	}
+	if *chmuLoc != "" {
+		if _, err := appliance.ParseCHMU(*chmuLoc); err != nil {
+			return fmt.Errorf("--chmu: %w", err)
+		}
+	}
 
 	scfg.Heads = *simHeads
 	scfg.Capacity, scfg.BlockSize = uint64(simCap), uint64(simBlock)
@@ -53,6 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
 		ExportListen: *exportListen, DAXPath: *daxPath,
+		CHMU: *chmuLoc, SimWorkload: workload,
 	})
 	if err != nil {
 		return err
@@ -68,9 +81,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if app.ExportAddr != nil {
 		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", app.ExportAddr)
 	}
+	var tel api.Telemetry // a nil *appliance.Telemetry must stay a nil interface
+	if app.Telemetry != nil {
+		tel = app.Telemetry
+	}
 	srv, err := api.New(api.Config{
 		Manager: app.Manager, Device: app.Device, DataDir: *data, Logger: log.With("component", "api"),
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
+		Exports: app.Exports, ExportAddr: app.ExportAddr,
+		Telemetry: tel,
+		Board:     app.Board,
 	})
 	if err != nil {
 		return err
@@ -79,6 +99,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	scheme := "https"
 	if *plainHTTP {
 		scheme = "http"
+	}
+	if app.Telemetry != nil {
+		fmt.Fprintf(stdout, "cxlpoold: telemetry at %s://%s/redfish/v1/TelemetryService, frame stream ws%s://%s%s (sim workload: %s)\n",
+			scheme, *listen, strings.TrimPrefix(scheme, "http"), *listen, api.TelemetryStreamURI, workload)
 	}
 	fmt.Fprintf(stdout, "cxlpoold: Redfish API at %s://%s/redfish/v1 (credentials: %s); Ctrl-C stops\n",
 		scheme, *listen, srv.CredentialsNote())

@@ -118,6 +118,9 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--sim-capacity", "lots"},
 		{"--log-level", "chatty"},
 		{"extra-argument"},
+		{"--sim-workload", "busy"},
+		{"--chmu", "@0x1000"},
+		{"--chmu", "bar@-8"},
 	}
 	for _, args := range tests {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {

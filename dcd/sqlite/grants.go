@@ -170,6 +170,15 @@ func (l *Ledger) BeginRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, e
 	})
 }
 
+// BeginReleaseReason is BeginRelease recording why the release was
+// started (dcd.ReasonedReleaser); the reason stays once it is released.
+func (l *Ledger) BeginReleaseReason(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
+	return l.move(ctx, "begin release", id, move{
+		from: []dcd.GrantState{dcd.GrantGranted}, to: dcd.GrantReleasing, stay: true,
+		setReason: true, reason: reason,
+	})
+}
+
 // CompleteRelease moves releasing → released. The extents stay as history.
 func (l *Ledger) CompleteRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	return l.move(ctx, "complete release", id, move{

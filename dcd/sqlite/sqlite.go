@@ -50,6 +50,7 @@ type Ledger struct {
 }
 
 var _ dcd.Ledger = (*Ledger)(nil)
+var _ dcd.ReasonedReleaser = (*Ledger)(nil)
 
 // busyTimeout is how long SQLite itself waits for a lock held by another
 // process (an admin tool, a backup) before reporting SQLITE_BUSY.

@@ -63,6 +63,12 @@ type Config struct {
 	ResponseLimitExp uint8
 	// PollInterval is the period of the safety-net event and health poll.
 	PollInterval time.Duration
+	// Handler, if set, serves the requests of other MCTP message types
+	// that arrive on the link (everything but 07h FM-API and 08h CCI):
+	// the board controller's PLDM PlatformEventMessages, for one. The
+	// endpoint then advertises PLDM (01h) in Get Message Type Support.
+	// It runs with the responder's ctx, which ends when the client stops.
+	Handler mctp.Handler
 }
 
 func (c *Config) setDefaults() error {
@@ -148,12 +154,16 @@ func Open(ctx context.Context, link mctp.PacketLink, cfg Config) (*Client, error
 		return nil, err
 	}
 	c := newClient(cfg)
+	types := []mctp.MsgType{mctp.MsgTypeCXLCCI}
+	if cfg.Handler != nil {
+		types = append(types, mctp.MsgTypePLDM)
+	}
 	c.ep = mctp.NewEndpoint(link, mctp.Config{
 		EID:          cfg.EID,
 		MTU:          cfg.MTU,
 		MaxMessage:   1 + cci.HeaderLen + 1<<10, // the largest response any device may send before the limit is set
 		Logger:       cfg.Logger,
-		MessageTypes: []mctp.MsgType{mctp.MsgTypeCXLCCI},
+		MessageTypes: types,
 	}, c.handle)
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	c.cancel = cancel
@@ -207,6 +217,11 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Client, error) {
 	return c, nil
 }
 
+// Endpoint returns the client's MCTP endpoint on the device link, so other
+// protocols that share the link (PLDM to the board controller) can send
+// requests through it: the link carries one endpoint per side.
+func (c *Client) Endpoint() *mctp.Endpoint { return c.ep }
+
 // Close stops the client, closes the link and closes the Events channel.
 func (c *Client) Close() error {
 	var err error
@@ -219,14 +234,18 @@ func (c *Client) Close() error {
 	return err
 }
 
-// handle is the endpoint's responder. The only request the FM serves is
-// Event Notification (0106h on type 08h): it is acknowledged with an empty
-// Success response carrying the same CCI tag, which stops the device's
-// resends, and it wakes the event pump. Any other well-formed CCI request
-// is answered Unsupported; anything else is dropped.
-func (c *Client) handle(_ context.Context, src mctp.EID, typ mctp.MsgType, msg []byte) ([]byte, bool) {
+// handle is the endpoint's responder. The only CCI request the FM serves
+// is Event Notification (0106h on type 08h): it is acknowledged with an
+// empty Success response carrying the same CCI tag, which stops the
+// device's resends, and it wakes the event pump. Any other well-formed CCI
+// request is answered Unsupported. Requests of other message types go to
+// Config.Handler when there is one and are dropped otherwise.
+func (c *Client) handle(ctx context.Context, src mctp.EID, typ mctp.MsgType, msg []byte) ([]byte, bool) {
 	if typ != mctp.MsgTypeCXLCCI && typ != mctp.MsgTypeFMAPI {
-		return nil, false
+		if c.cfg.Handler == nil {
+			return nil, false
+		}
+		return c.cfg.Handler(ctx, src, typ, msg)
 	}
 	m, err := cci.ParseMessage(msg)
 	if err != nil || m.Category != cci.Request {

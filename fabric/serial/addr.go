@@ -23,6 +23,10 @@ var ErrAddress = errors.New("serial: bad device address")
 //	tcp://HOST:PORT            TCP connection
 //	unix:PATH (or unix://PATH) Unix stream socket
 //	tty:/dev/ttyX[?baud=N]     serial line in raw 8N1 mode, default 115200 baud
+//	virtio:/dev/vportNpM       character device used as is, without line
+//	                           settings: a virtio-serial port such as
+//	                           /dev/virtio-ports/cxlpool.mctp (termios
+//	                           ioctls fail on those)
 //
 // Wrap the result with NewLink to exchange packets.
 func Dial(ctx context.Context, addr string) (io.ReadWriteCloser, error) {
@@ -47,6 +51,15 @@ func Dial(ctx context.Context, addr string) (io.ReadWriteCloser, error) {
 			return nil, fmt.Errorf("serial: dial %s: %w", addr, err)
 		}
 		f, err := openTTY(path, baud)
+		if err != nil {
+			return nil, fmt.Errorf("serial: dial %s: %w", addr, err)
+		}
+		return f, nil
+	case "virtio":
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("serial: dial %s: %w", addr, err)
+		}
+		f, err := openChar(rest)
 		if err != nil {
 			return nil, fmt.Errorf("serial: dial %s: %w", addr, err)
 		}
@@ -96,7 +109,7 @@ func splitAddr(addr string) (scheme, rest string, err error) {
 		if _, _, err := net.SplitHostPort(rest); err != nil {
 			return "", "", fmt.Errorf("serial: address %q: %w: %w", addr, ErrAddress, err)
 		}
-	case "unix", "tty":
+	case "unix", "tty", "virtio":
 		// Accept both unix:/p and unix:///p.
 		if r, ok := strings.CutPrefix(rest, "//"); ok {
 			rest = r

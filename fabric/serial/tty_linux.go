@@ -32,6 +32,16 @@ func openTTY(path string, baud int) (*os.File, error) {
 	return os.NewFile(uintptr(fd), path), nil
 }
 
+// openChar opens a character device that needs no line settings (a
+// virtio-serial port), non-blocking for the same reasons as openTTY.
+func openChar(path string) (*os.File, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_NOCTTY|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: path, Err: err}
+	}
+	return os.NewFile(uintptr(fd), path), nil
+}
+
 // makeRaw applies the equivalent of cfmakeraw plus 8N1, no flow control,
 // VMIN=1/VTIME=0, and the line speed. TCSETSF also discards input that
 // arrived before we took over the line.

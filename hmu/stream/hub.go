@@ -21,6 +21,7 @@ type Hub struct {
 	subs     map[*Sub]struct{}
 	retained map[retainKey][]byte
 	seq      uint32
+	closed   bool
 
 	published atomic.Uint64
 	dropped   atomic.Uint64
@@ -64,11 +65,16 @@ func (s *Sub) Close() {
 	})
 }
 
-// Subscribe adds a subscriber, queueing the retained frames first.
+// Subscribe adds a subscriber, queueing the retained frames first. On a
+// closed hub the subscription comes already closed.
 func (h *Hub) Subscribe() *Sub {
 	s := &Sub{hub: h, c: make(chan []byte, h.queue)}
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.closed {
+		s.once.Do(func() { close(s.c) })
+		return s
+	}
 	for _, f := range h.retained {
 		select {
 		case s.c <- f:
@@ -77,6 +83,22 @@ func (h *Hub) Subscribe() *Sub {
 	}
 	h.subs[s] = struct{}{}
 	return s
+}
+
+// Close ends every subscription, so their handlers hang up, and makes
+// later subscriptions start closed: the owner of the frames is going away.
+// Publishing after Close reaches nobody.
+func (h *Hub) Close() {
+	h.mu.Lock()
+	h.closed = true
+	subs := make([]*Sub, 0, len(h.subs))
+	for s := range h.subs {
+		subs = append(subs, s)
+	}
+	h.mu.Unlock()
+	for _, s := range subs {
+		s.Close()
+	}
 }
 
 // NextSeq returns the next frame sequence number.

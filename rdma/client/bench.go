@@ -11,12 +11,15 @@ import (
 
 // BenchConfig describes a measurement: Count operations of Kind (OpRead
 // or OpWrite) of Size bytes each, one at a time, at offsets stepping
-// through the first Span bytes of the export (Size if 0).
+// through the first Span bytes of the export (Size if 0). With Duration
+// set the measurement also stops once that much time has passed, and
+// Count 0 means no limit but the time.
 type BenchConfig struct {
-	Kind  OpKind
-	Size  int
-	Count int
-	Span  uint64
+	Kind     OpKind
+	Size     int
+	Count    int
+	Span     uint64
+	Duration time.Duration
 }
 
 // BenchResult is what Bench measured.
@@ -33,7 +36,8 @@ func (r BenchResult) MBps() float64 { return float64(r.Bytes) / r.Elapsed.Second
 // Bench measures the export from this client (poolctl export bench). A
 // WRITE bench overwrites the export's bytes.
 func (c *Client) Bench(ctx context.Context, cfg BenchConfig) (BenchResult, error) {
-	if cfg.Size <= 0 || cfg.Count <= 0 || (cfg.Kind != OpRead && cfg.Kind != OpWrite) {
+	if cfg.Size <= 0 || cfg.Count < 0 || cfg.Duration < 0 || (cfg.Count == 0 && cfg.Duration == 0) ||
+		(cfg.Kind != OpRead && cfg.Kind != OpWrite) {
 		return BenchResult{}, fmt.Errorf("client: bench: %d operations of kind %d, %d bytes: %w", cfg.Count, cfg.Kind, cfg.Size, rdma.ErrInvalid)
 	}
 	span := max(cfg.Span, uint64(cfg.Size))
@@ -42,9 +46,9 @@ func (c *Client) Bench(ctx context.Context, cfg BenchConfig) (BenchResult, error
 	}
 	slots := span / uint64(cfg.Size)
 	buf := make([]byte, cfg.Size)
-	lat := make([]time.Duration, cfg.Count)
+	lat := make([]time.Duration, 0, min(max(cfg.Count, 1), 1<<20))
 	start := time.Now()
-	for i := range lat {
+	for i := 0; cfg.Count == 0 || i < cfg.Count; i++ {
 		off := uint64(i) % slots * uint64(cfg.Size)
 		t0 := time.Now()
 		var err error
@@ -56,9 +60,13 @@ func (c *Client) Bench(ctx context.Context, cfg BenchConfig) (BenchResult, error
 		if err != nil {
 			return BenchResult{}, err
 		}
-		lat[i] = time.Since(t0)
+		t1 := time.Now()
+		lat = append(lat, t1.Sub(t0))
+		if cfg.Duration > 0 && t1.Sub(start) >= cfg.Duration {
+			break
+		}
 	}
-	r := BenchResult{Ops: cfg.Count, Bytes: int64(cfg.Count) * int64(cfg.Size), Elapsed: time.Since(start)}
+	r := BenchResult{Ops: len(lat), Bytes: int64(len(lat)) * int64(cfg.Size), Elapsed: time.Since(start)}
 	slices.Sort(lat)
 	r.P50, r.P99 = lat[len(lat)/2], lat[len(lat)*99/100]
 	return r, nil

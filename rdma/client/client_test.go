@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"cxlpool/rdma"
 	"cxlpool/rdma/client"
@@ -259,6 +260,39 @@ func TestBench(t *testing.T) {
 		}
 		if err == nil && (r.Ops != tt.cfg.Count || r.Bytes != int64(tt.cfg.Count*tt.cfg.Size) || r.P50 > r.P99 || r.MBps() <= 0) {
 			t.Errorf("%+v: got %+v", tt.cfg, r)
+		}
+	}
+}
+
+// TestBenchDuration: a bench with a duration stops at whichever of the
+// count and the time comes first.
+func TestBenchDuration(t *testing.T) {
+	env, addr := setup(t)
+	x := env.Export(t, rdma.PermRead)
+	c, err := client.Dial(context.Background(), client.Config{Addr: addr, Export: x.ID, Token: x.Token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tests := []struct {
+		name    string
+		cfg     client.BenchConfig
+		wantOps int
+		want    error
+	}{
+		{"time first", client.BenchConfig{Kind: client.OpRead, Size: 64, Duration: time.Nanosecond}, 1, nil},
+		{"count first", client.BenchConfig{Kind: client.OpRead, Size: 64, Count: 5, Duration: time.Hour}, 5, nil},
+		{"negative duration", client.BenchConfig{Kind: client.OpRead, Size: 64, Duration: -1}, 0, rdma.ErrInvalid},
+		{"negative count", client.BenchConfig{Kind: client.OpRead, Size: 64, Count: -1, Duration: time.Second}, 0, rdma.ErrInvalid},
+	}
+	for _, tt := range tests {
+		r, err := c.Bench(context.Background(), tt.cfg)
+		if !errors.Is(err, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, err, tt.want)
+			continue
+		}
+		if r.Ops != tt.wantOps {
+			t.Errorf("%s: got %d operations, want %d", tt.name, r.Ops, tt.wantOps)
 		}
 	}
 }

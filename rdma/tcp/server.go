@@ -614,7 +614,7 @@ func (c *conn) ordered(h *rdma.Handle, off, n uint64, b *batchOut) error {
 		return nil
 	}
 	var arr [4][]byte
-	segs, err := h.Pin(arr[:0], off, n, rdma.PermWrite)
+	segs, err := h.Hold(arr[:0], off, n, rdma.PermWrite)
 	if err != nil {
 		return nil // the operation itself reports it
 	}

@@ -416,7 +416,7 @@ func (s *Server) register(h *rdma.Handle) (*registration, error) {
 	if reg := s.regs[h]; reg != nil {
 		return reg, nil
 	}
-	segs, err := h.Pin(nil, 0, h.Size(), h.Perms())
+	segs, err := h.Hold(nil, 0, h.Size(), h.Perms())
 	if err != nil {
 		return nil, err
 	}

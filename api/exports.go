@@ -1,0 +1,635 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/dcd"
+	"cxlpool/rdma"
+)
+
+// Fabrics/RDMA: remote racks that are not cabled to the box reach pool
+// memory over the network (package rdma). The fabric is served only when
+// the appliance has an export service (Config.Exports), and it is an
+// appliance matter: host accounts do not see it.
+//
+//   - One Connection per export (Id = the export's random Id): a remote
+//     client's access to a chunk, or part of it, with a secret token.
+//     POST creates an export and its 201 answer carries the token
+//     (Oem.CxlPool.Token) - the only time it is ever shown, so the answer
+//     is marked Cache-Control: no-store. GET shows the export without it,
+//     with traffic counters; DELETE revokes it: operations in flight fail
+//     and nothing reaches the memory once the 204 is sent.
+//   - Endpoints: one target, "Pool", for the box's export server, and one
+//     initiator per remote client name that has exports. A client
+//     endpoint exists while the client has exports: POST creates it on the
+//     fly when it names a new client in Oem.CxlPool.Client.
+//
+// Only roles with ConfigureComponents (Administrator, Operator) create and
+// revoke exports. Host accounts may not export memory, not even chunks
+// they hold: an export lets a network client reach the memory outside the
+// host's control and outside the CXL fabric's per-host isolation, so it
+// is the appliance operator's decision. Exports follow their chunk's
+// capacity: releasing the chunk's last grant revokes them first
+// (dcd.Config.BeforeRelease), and expired exports are revoked by the
+// export service.
+
+// URIs of the RDMA fabric.
+const (
+	RDMAFabricURI      = "/redfish/v1/Fabrics/RDMA"
+	RDMAEndpointsURI   = RDMAFabricURI + "/Endpoints"
+	RDMAConnectionsURI = RDMAFabricURI + "/Connections"
+	// PoolTargetID is the Id of the fabric's one target endpoint, the
+	// box's export server; no remote client may take that name.
+	PoolTargetID  = "Pool"
+	PoolTargetURI = RDMAEndpointsURI + "/" + PoolTargetID
+)
+
+// ExportURI is the Connection of an export.
+func ExportURI(id rdma.ExportID) string { return RDMAConnectionsURI + "/" + string(id) }
+
+// RemoteClientURI is the initiator Endpoint of a remote client.
+func RemoteClientURI(name string) string { return RDMAEndpointsURI + "/" + name }
+
+// maxClientName bounds a remote client's name, which is also its
+// endpoint's Id.
+const maxClientName = 64
+
+// validClientName accepts names that can be an Id as they are: 1-64 of
+// [A-Za-z0-9._-], starting with a letter or digit, and not the target's.
+func validClientName(name string) bool {
+	if name == "" || len(name) > maxClientName || name == PoolTargetID {
+		return false
+	}
+	for i, c := range []byte(name) {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || c != '.' && c != '_' && c != '-') {
+			return false
+		}
+	}
+	return true
+}
+
+// exportRevokeTimeout bounds how long a DELETE waits for the operations
+// in flight on the export to drain (the transports abort their I/O at
+// once, so this is a backstop).
+const exportRevokeTimeout = 30 * time.Second
+
+// maxExportTTL bounds a relative expiry.
+const maxExportTTL = 100 * 366 * 24 * time.Hour
+
+type exportCreate struct {
+	ConnectionType  string `json:"ConnectionType" enum:"Memory"`
+	MemoryChunkInfo []struct {
+		MemoryChunk        *odataRef `json:"MemoryChunk" rf:"required"`
+		AccessCapabilities []string  `json:"AccessCapabilities" enum:"Read|Write"`
+		AccessState        any       `json:"AccessState" rf:"readonly"`
+	} `json:"MemoryChunkInfo" rf:"required"`
+	Links *struct {
+		InitiatorEndpoints []odataRef `json:"InitiatorEndpoints"`
+		TargetEndpoints    []odataRef `json:"TargetEndpoints"`
+	} `json:"Links"`
+	Oem *struct {
+		CxlPool *exportCreateOem `json:"CxlPool"`
+	} `json:"Oem"`
+	ID     any `json:"Id" rf:"readonly"`
+	Name   any `json:"Name" rf:"readonly"`
+	Status any `json:"Status" rf:"readonly"`
+}
+
+// exportCreateOem is Oem.CxlPool of a new export.
+type exportCreateOem struct {
+	// Client names the remote client (and its endpoint, created if new).
+	Client *string `json:"Client"`
+	// Offset and Length select part of the chunk, in bytes (Length 0 or
+	// absent: to the end).
+	Offset *uint64 `json:"Offset"`
+	Length *uint64 `json:"Length"`
+	// Expiry is a date-time or an ISO 8601 duration from now ("PT1H").
+	Expiry  *string `json:"Expiry"`
+	Token   any     `json:"Token" rf:"readonly"`
+	Created any     `json:"Created" rf:"readonly"`
+	Traffic any     `json:"Traffic" rf:"readonly"`
+}
+
+func (s *Server) exportRoutes() {
+	if s.cfg.Exports == nil || s.capacity == nil {
+		return
+	}
+	s.Handle(http.MethodGet, RDMAFabricURI, PrivApplianceView, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.rdmaFabric())
+	})
+	s.Handle(http.MethodGet, RDMAEndpointsURI, PrivApplianceView, s.getRDMAEndpoints)
+	s.Handle(http.MethodGet, RDMAEndpointsURI+"/:id", PrivApplianceView, s.getRDMAEndpoint)
+	s.Handle(http.MethodGet, RDMAConnectionsURI, PrivApplianceView, s.getExports)
+	s.Handle(http.MethodPost, RDMAConnectionsURI, PrivConfigureComponents, s.postExport)
+	s.Handle(http.MethodGet, RDMAConnectionsURI+"/:id", PrivApplianceView, s.getExport)
+	s.Handle(http.MethodDelete, RDMAConnectionsURI+"/:id", PrivConfigureComponents, s.deleteExport)
+}
+
+// exportFabrics are the Fabrics members the RDMA fabric adds for p.
+func (s *Server) exportFabrics(p *Principal) []string {
+	if s.cfg.Exports == nil || s.capacity == nil || !p.Has(PrivApplianceView) {
+		return nil
+	}
+	return []string{RDMAFabricURI}
+}
+
+// expandFabric is a Fabrics member for $expand.
+func (s *Server) expandFabric(uri string) (any, error) {
+	if uri == RDMAFabricURI {
+		return s.rdmaFabric(), nil
+	}
+	return s.fabric(), nil
+}
+
+// exportProtocol is the fabric's and its endpoints' protocol.
+func (s *Server) exportProtocol() string {
+	if s.cfg.ExportVerbs {
+		return "RoCEv2"
+	}
+	return "TCP"
+}
+
+// exportState is the export server's Status.State.
+func (s *Server) exportState() string {
+	if s.cfg.ExportAddr == nil {
+		return "Disabled" // exports can be made, but no server listens
+	}
+	return "Enabled"
+}
+
+func (s *Server) rdmaFabric() Obj {
+	oem := Obj{"Transport": s.exportProtocol()}
+	if a := s.cfg.ExportAddr; a != nil {
+		oem["Address"] = a.String()
+	}
+	return Obj{
+		"@odata.id":   RDMAFabricURI,
+		"@odata.type": "#Fabric.v1_4_0.Fabric",
+		"Id":          "RDMA",
+		"Name":        "RDMA Fabric",
+		"Description": "Remote racks' one-sided READ, WRITE and atomics on exported pool memory over the network",
+		"FabricType":  s.exportProtocol(),
+		"Status":      status(s.exportState()),
+		"Endpoints":   Link(RDMAEndpointsURI),
+		"Connections": Link(RDMAConnectionsURI),
+		"Links":       Obj{"ManagedBy": Links(managerURI)},
+		"Oem":         Obj{"CxlPool": oem},
+	}
+}
+
+// exportsByClient groups the live exports by remote client, oldest first
+// within each.
+func (s *Server) exportsByClient() (map[string][]rdma.Export, []rdma.Export) {
+	all := s.cfg.Exports.List()
+	by := map[string][]rdma.Export{}
+	for _, x := range all {
+		by[x.Client] = append(by[x.Client], x)
+	}
+	return by, all
+}
+
+func (s *Server) getRDMAEndpoints(c echo.Context) error {
+	by, all := s.exportsByClient()
+	members := []string{PoolTargetURI}
+	names := make([]string, 0, len(by))
+	for name := range by {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		members = append(members, RemoteClientURI(name))
+	}
+	return s.WriteCollection(c, Collection{ODataID: RDMAEndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
+		Name: "RDMA Endpoints", Members: members,
+		Expand: func(uri string) (any, error) {
+			if uri == PoolTargetURI {
+				return s.poolTarget(all), nil
+			}
+			name, _ := refID(uri, RDMAEndpointsURI)
+			return s.remoteClient(name, by[name]), nil
+		}})
+}
+
+func (s *Server) getRDMAEndpoint(c echo.Context) error {
+	id := c.Param("id")
+	by, all := s.exportsByClient()
+	if id == PoolTargetID {
+		return s.WriteResource(c, http.StatusOK, s.poolTarget(all))
+	}
+	xs := by[id]
+	if len(xs) == 0 {
+		return ErrResourceNotFound("Endpoint", id)
+	}
+	return s.WriteResource(c, http.StatusOK, s.remoteClient(id, xs))
+}
+
+// poolTarget is the export server's endpoint: the exported chunks are
+// its connected entities.
+func (s *Server) poolTarget(all []rdma.Export) Obj {
+	conns := make([]string, 0, len(all))
+	var chunks []dcd.ChunkID
+	for _, x := range all {
+		conns = append(conns, ExportURI(x.ID))
+		if !slices.Contains(chunks, x.Chunk) {
+			chunks = append(chunks, x.Chunk)
+		}
+	}
+	slices.Sort(chunks)
+	entities := make([]Obj, 0, len(chunks))
+	for _, ch := range chunks {
+		entities = append(entities, Obj{"EntityType": "MemoryChunk", "EntityRole": "Target", "EntityLink": Link(ChunkURI(ch))})
+	}
+	o := Obj{
+		"@odata.id":         PoolTargetURI,
+		"@odata.type":       "#Endpoint.v1_8_2.Endpoint",
+		"Id":                PoolTargetID,
+		"Name":              "Pool Memory Target",
+		"Description":       "The box's export server, through which remote clients reach exported pool memory",
+		"EndpointProtocol":  s.exportProtocol(),
+		"ConnectedEntities": entities,
+		"Status":            status(s.exportState()),
+		"Links":             Obj{"Connections": Links(conns...)},
+	}
+	if td := s.exportTransport(); td != nil {
+		o["IPTransportDetails"] = []Obj{td}
+	}
+	return o
+}
+
+// exportTransport describes where the export server listens, as
+// Endpoint.IPTransportDetails; the address is left out when the server
+// listens on every address.
+func (s *Server) exportTransport() Obj {
+	a, ok := s.cfg.ExportAddr.(*net.TCPAddr)
+	if !ok || a == nil {
+		return nil
+	}
+	td := Obj{"TransportProtocol": "TCP", "Port": a.Port}
+	switch {
+	case a.IP == nil || a.IP.IsUnspecified():
+	case a.IP.To4() != nil:
+		td["IPv4Address"] = Obj{"Address": a.IP.String()}
+	default:
+		td["IPv6Address"] = Obj{"Address": a.IP.String()}
+	}
+	return td
+}
+
+// remoteClient is a remote client's initiator endpoint. The client's own
+// side (its network controller) is outside this service, so the entity
+// has no link.
+func (s *Server) remoteClient(name string, xs []rdma.Export) Obj {
+	conns := make([]string, 0, len(xs))
+	for _, x := range xs {
+		conns = append(conns, ExportURI(x.ID))
+	}
+	return Obj{
+		"@odata.id":         RemoteClientURI(name),
+		"@odata.type":       "#Endpoint.v1_8_2.Endpoint",
+		"Id":                name,
+		"Name":              "Remote Client " + name,
+		"Description":       "A remote client that reaches exported pool memory over the network",
+		"EndpointProtocol":  s.exportProtocol(),
+		"ConnectedEntities": []Obj{{"EntityType": "NetworkController", "EntityRole": "Initiator"}},
+		"Status":            status("Enabled"),
+		"Links":             Obj{"Connections": Links(conns...)},
+	}
+}
+
+func (s *Server) getExports(c echo.Context) error {
+	all := s.cfg.Exports.List()
+	members := make([]string, 0, len(all))
+	byURI := make(map[string]rdma.Export, len(all))
+	for _, x := range all {
+		u := ExportURI(x.ID)
+		members = append(members, u)
+		byURI[u] = x
+	}
+	return s.WriteCollection(c, Collection{ODataID: RDMAConnectionsURI,
+		ODataType: "#ConnectionCollection.ConnectionCollection", Name: "RDMA Connections", Members: members,
+		Expand: func(uri string) (any, error) {
+			x := byURI[uri]
+			tr, _ := s.cfg.Exports.Traffic(x.ID) // revoked meanwhile: zero counters
+			return exportBody(x, tr), nil
+		}})
+}
+
+// lookupExport finds the export the path names.
+func (s *Server) lookupExport(c echo.Context) (Obj, rdma.ExportID, error) {
+	id := rdma.ExportID(c.Param("id"))
+	if !id.Valid() {
+		return nil, id, ErrResourceNotFound("Connection", c.Param("id"))
+	}
+	x, err := s.cfg.Exports.Get(id)
+	if err != nil {
+		return nil, id, ErrResourceNotFound("Connection", string(id))
+	}
+	tr, _ := s.cfg.Exports.Traffic(id)
+	return exportBody(x, tr), id, nil
+}
+
+func (s *Server) getExport(c echo.Context) error {
+	body, _, err := s.lookupExport(c)
+	if err != nil {
+		return err
+	}
+	return s.WriteResource(c, http.StatusOK, body)
+}
+
+func (s *Server) deleteExport(c echo.Context) error {
+	body, id, err := s.lookupExport(c)
+	if err != nil {
+		return err
+	}
+	if err := s.IfMatch(c, body); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), exportRevokeTimeout)
+	defer cancel()
+	if err := s.cfg.Exports.Revoke(ctx, id); err != nil {
+		if errors.Is(err, rdma.ErrNotFound) {
+			return ErrResourceNotFound("Connection", string(id)) // revoked meanwhile
+		}
+		return FromDomain(err, Target{Type: "Connection", ID: string(id), URI: ExportURI(id)})
+	}
+	s.Publish(Event{MessageKey: MsgResourceRemoved, Origin: ExportURI(id)})
+	return s.NoContent(c)
+}
+
+func (s *Server) postExport(c echo.Context) error {
+	var req exportCreate
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	switch n := len(req.MemoryChunkInfo); {
+	case n == 0:
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
+	case n > 1:
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
+	}
+	info := req.MemoryChunkInfo[0]
+	perms, err := exportPerms(info.AccessCapabilities)
+	if err != nil {
+		return err
+	}
+	var oem exportCreateOem
+	if req.Oem != nil && req.Oem.CxlPool != nil {
+		oem = *req.Oem.CxlPool
+	}
+	client, err := s.exportClient(req, oem)
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	v, err := s.view(ctx)
+	if err != nil {
+		return err
+	}
+	const chunkProp = "MemoryChunkInfo/0/MemoryChunk"
+	id, ok := refID(info.MemoryChunk.ID, ChunksURI)
+	if !ok {
+		return ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
+	}
+	n, ok := parseID(id)
+	ch, found := v.chunk(dcd.ChunkID(n))
+	if !ok || !found {
+		return errMissingAtURI(info.MemoryChunk.ID, chunkProp)
+	}
+	cr := rdma.CreateRequest{Chunk: ch.ID, Client: client, Perms: perms}
+	if oem.Offset != nil {
+		cr.Offset = *oem.Offset
+		if cr.Offset >= ch.Size {
+			return ErrPropertyValueOutOfRange(strconv.FormatUint(cr.Offset, 10), "Oem/CxlPool/Offset")
+		}
+	}
+	if oem.Length != nil {
+		cr.Length = *oem.Length
+		if cr.Length > ch.Size-cr.Offset {
+			return ErrPropertyValueOutOfRange(strconv.FormatUint(cr.Length, 10), "Oem/CxlPool/Length")
+		}
+	}
+	if oem.Expiry != nil {
+		if cr.Expiry, cr.TTL, ok = parseExpiry(*oem.Expiry); !ok {
+			return ErrPropertyValueFormat(*oem.Expiry, "Oem/CxlPool/Expiry")
+		}
+	}
+	x, err := s.cfg.Exports.Create(ctx, cr)
+	if err != nil {
+		return exportError(err, Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)})
+	}
+	uri := ExportURI(x.ID)
+	s.Publish(Event{MessageKey: MsgResourceCreated, Origin: uri})
+	body := exportBody(x, rdma.Traffic{})
+	body["Oem"].(Obj)["CxlPool"].(Obj)["Token"] = x.Token.String()
+	c.Response().Header().Set("Cache-Control", "no-store")
+	return s.WriteCreated(c, uri, body)
+}
+
+// exportPerms reads AccessCapabilities: absent means read and write.
+func exportPerms(caps []string) (rdma.Perm, error) {
+	if caps == nil {
+		return rdma.PermReadWrite, nil
+	}
+	var p rdma.Perm
+	for _, c := range caps {
+		switch c {
+		case "Read":
+			p |= rdma.PermRead
+		case "Write":
+			p |= rdma.PermWrite
+		}
+	}
+	if p == 0 {
+		const prop = "MemoryChunkInfo/0/AccessCapabilities"
+		return 0, NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop))
+	}
+	return p, nil
+}
+
+// exportClient finds the remote client a new export is for: named by
+// Oem.CxlPool.Client (a new client's endpoint is created with the
+// export), or by an existing client endpoint in Links.InitiatorEndpoints;
+// both may be given if they agree.
+func (s *Server) exportClient(req exportCreate, oem exportCreateOem) (string, error) {
+	const linkProp = "Links/InitiatorEndpoints/0"
+	var linked, ref string
+	if l := req.Links; l != nil {
+		if len(l.InitiatorEndpoints) > 1 {
+			return "", NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "Links/InitiatorEndpoints", 1).WithRelated("Links/InitiatorEndpoints"))
+		}
+		if len(l.InitiatorEndpoints) == 1 {
+			ref = l.InitiatorEndpoints[0].ID
+			id, ok := refID(ref, RDMAEndpointsURI)
+			if !ok {
+				return "", ErrPropertyValueFormat(ref, linkProp)
+			}
+			if id == PoolTargetID {
+				return "", errPropertyValueIncorrect(linkProp, ref)
+			}
+			linked = id
+		}
+		for i, t := range l.TargetEndpoints {
+			if !refMatches(t.ID, PoolTargetURI) {
+				return "", errPropertyValueIncorrect("Links/TargetEndpoints/"+strconv.Itoa(i), t.ID)
+			}
+		}
+	}
+	if oem.Client != nil {
+		name := *oem.Client
+		if !validClientName(name) {
+			return "", ErrPropertyValueFormat(name, "Oem/CxlPool/Client")
+		}
+		if linked != "" && linked != name {
+			return "", ErrPropertyValueConflict("Oem/CxlPool/Client", linkProp)
+		}
+		return name, nil
+	}
+	if linked == "" {
+		return "", ErrPropertyMissing("Oem/CxlPool/Client")
+	}
+	if by, _ := s.exportsByClient(); len(by[linked]) == 0 {
+		return "", errMissingAtURI(ref, linkProp)
+	}
+	return linked, nil
+}
+
+// parseExpiry reads Oem.CxlPool.Expiry: an RFC 3339 date-time, or an
+// ISO 8601 duration counted from creation by the export service's clock.
+func parseExpiry(s string) (at time.Time, ttl time.Duration, ok bool) {
+	if t, err := time.Parse(time.RFC3339, s); err == nil {
+		return t, 0, true
+	}
+	d, ok := parseISODuration(s)
+	return time.Time{}, d, ok
+}
+
+// parseISODuration reads a positive ISO 8601 duration of days, hours,
+// minutes and seconds ("P1D", "PT1H30M", "PT0.5S"), as Redfish writes
+// durations, of at most maxExportTTL.
+func parseISODuration(s string) (time.Duration, bool) {
+	rest, ok := strings.CutPrefix(s, "P")
+	if !ok || rest == "" {
+		return 0, false
+	}
+	var total float64
+	inTime := false
+	rank := 0 // units must come in order: D, then T, H, M, S
+	for rest != "" {
+		if rest[0] == 'T' {
+			if inTime || len(rest) == 1 {
+				return 0, false
+			}
+			inTime, rest = true, rest[1:]
+			continue
+		}
+		i := 0
+		for i < len(rest) && (rest[i] >= '0' && rest[i] <= '9' || rest[i] == '.') {
+			i++
+		}
+		if i == 0 || i == len(rest) || i > 15 {
+			return 0, false
+		}
+		n, err := strconv.ParseFloat(rest[:i], 64)
+		if err != nil {
+			return 0, false
+		}
+		var unit time.Duration
+		var r int
+		switch u := rest[i]; {
+		case !inTime && u == 'D':
+			unit, r = 24*time.Hour, 1
+		case inTime && u == 'H':
+			unit, r = time.Hour, 2
+		case inTime && u == 'M':
+			unit, r = time.Minute, 3
+		case inTime && u == 'S':
+			unit, r = time.Second, 4
+		default:
+			return 0, false
+		}
+		if r <= rank {
+			return 0, false
+		}
+		rank = r
+		total += n * float64(unit)
+		if total > float64(maxExportTTL) {
+			return 0, false
+		}
+		rest = rest[i+1:]
+	}
+	d := time.Duration(total)
+	return d, d > 0
+}
+
+// exportError maps the export service's refusals; the rest are the
+// common domain errors.
+func exportError(err error, t Target) *Error {
+	switch {
+	case errors.Is(err, rdma.ErrNoExtents):
+		return NewError(http.StatusConflict, Msg{Key: "Base.GeneralError", Resolution: "The memory chunk holds no " +
+			"capacity on the device yet. Connect it to a host (Fabrics/CXL/Connections) first, then export it."}).WithCause(err)
+	case errors.Is(err, rdma.ErrTooMany):
+		return NewError(http.StatusConflict, M("Base.CreateLimitReachedForResource")).WithCause(err)
+	case errors.Is(err, dcd.ErrInvalid):
+		reason := strings.TrimSuffix(err.Error(), ": "+rdma.ErrInvalid.Error())
+		reason = strings.ReplaceAll(reason, "rdma: ", "")
+		return NewError(http.StatusBadRequest, Msg{Key: "Base.GeneralError", Resolution: "The export request is " +
+			"not valid: " + reason + ". Correct the request and resubmit it."}).WithCause(err)
+	}
+	return FromDomain(err, t)
+}
+
+// exportBody is an export's Connection, without its token.
+func exportBody(x rdma.Export, tr rdma.Traffic) Obj {
+	id := string(x.ID)
+	caps := []string{}
+	if x.Perms.Has(rdma.PermRead) {
+		caps = append(caps, "Read")
+	}
+	if x.Perms.Has(rdma.PermWrite) {
+		caps = append(caps, "Write")
+	}
+	oem := Obj{
+		"Client":  x.Client,
+		"Offset":  x.Offset,
+		"Length":  x.Length,
+		"Created": x.Created.UTC().Format(timeFormat),
+		"Traffic": Obj{
+			"Reads": tr.Reads, "Writes": tr.Writes, "Atomics": tr.Atomics,
+			"BytesRead": tr.BytesRead, "BytesWritten": tr.BytesWritten,
+		},
+	}
+	if !x.Expiry.IsZero() {
+		oem["Expiry"] = x.Expiry.UTC().Format(timeFormat)
+	}
+	return Obj{
+		"@odata.id":      ExportURI(x.ID),
+		"@odata.type":    "#Connection.v1_4_0.Connection",
+		"Id":             id,
+		"Name":           "Export " + id,
+		"Description":    fmt.Sprintf("Memory chunk %d for remote client %s", x.Chunk, x.Client),
+		"ConnectionType": "Memory",
+		"MemoryChunkInfo": []Obj{{
+			"MemoryChunk":        Link(ChunkURI(x.Chunk)),
+			"AccessCapabilities": caps,
+			"AccessState":        "Optimized",
+		}},
+		"Links": Obj{
+			"InitiatorEndpoints": Links(RemoteClientURI(x.Client)),
+			"TargetEndpoints":    Links(PoolTargetURI),
+		},
+		"Status": status("Enabled"),
+		"Oem":    Obj{"CxlPool": oem},
+	}
+}

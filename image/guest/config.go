@@ -1,0 +1,176 @@
+// Package guest is the box's init (the u-root "uinit", built as
+// /bin/boxinit): it loads the kernel modules in dependency order, brings
+// up the network, mounts the data partition, links the virtio-serial
+// port of the device link, then hands the console to the operator's
+// shell while a detached supervisor runs cxlpoold, checks that it answers
+// on its API, commits a trial boot (image/update) once it does, and
+// restarts it if it dies.
+//
+// Configuration comes from three places, later ones winning:
+//
+//  1. /etc/cxlpool/boxinit.conf in the initramfs (DefaultConfig),
+//  2. cxlpool.conf at the root of the data partition (the owner's
+//     settings; the build writes DataConfigTemplate there),
+//  3. the kernel command line, as cxlpool.KEY=VALUE (the boot loader
+//     passes cxlpool.slot=a|b; tests pass cxlpool.bare=1 and others).
+//
+// The files hold "key = value" lines; # starts a comment.
+package guest
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// DefaultConfig is /etc/cxlpool/boxinit.conf: the built-in settings.
+const DefaultConfig = `# cxlpool box init defaults (see image/README.md). Override them in
+# cxlpool.conf on the data partition or with cxlpool.KEY=VALUE on the
+# kernel command line.
+device = virtio:/dev/virtio-ports/cxlpool.mctp
+listen = 0.0.0.0:8443
+http = false
+data = /data/cxlpool
+log-level = info
+disk = /dev/vda
+net.iface = eth0
+net.address = 10.0.2.15/24
+net.gateway = 10.0.2.2
+health.timeout = 180s
+`
+
+// DataConfigTemplate is the cxlpool.conf the build puts on the data
+// partition.
+const DataConfigTemplate = `# cxlpool settings for this box; they override /etc/cxlpool/boxinit.conf.
+# device = tty:/dev/ttyUSB0?baud=115200
+# listen = 0.0.0.0:8443
+# net.address = 192.168.1.50/24
+# net.gateway = 192.168.1.1
+# admin-password = (first start only; otherwise one is generated and shown on the console)
+`
+
+// Config is the init's settings.
+type Config struct {
+	Device        string        // fabric/serial address of the device link
+	Listen        string        // API listen address
+	HTTP          bool          // plain HTTP (development only)
+	Data          string        // daemon data directory (on the data partition)
+	LogLevel      string        // daemon log level
+	Disk          string        // the box disk (GPT, image/disk)
+	NetIface      string        // interface to configure
+	NetAddress    string        // CIDR; empty: leave the interface alone
+	NetGateway    string        // default route; empty: none
+	HealthTimeout time.Duration // how long the daemon may take to answer
+	AdminPassword string        // first start's admin password
+	Slot          string        // booted slot (from the boot loader)
+	Bare          bool          // only the shell: the boot-time baseline
+	Extra         []string      // more daemon flags (daemon.args)
+}
+
+// Apply sets key to value.
+func (c *Config) Apply(key, value string) error {
+	var err error
+	switch key {
+	case "device":
+		c.Device = value
+	case "listen":
+		c.Listen = value
+	case "http":
+		c.HTTP, err = strconv.ParseBool(value)
+	case "data":
+		c.Data = value
+	case "log-level":
+		c.LogLevel = value
+	case "disk":
+		c.Disk = value
+	case "net.iface":
+		c.NetIface = value
+	case "net.address":
+		c.NetAddress = value
+	case "net.gateway":
+		c.NetGateway = value
+	case "health.timeout":
+		c.HealthTimeout, err = time.ParseDuration(value)
+	case "admin-password":
+		c.AdminPassword = value
+	case "slot":
+		c.Slot = value
+	case "bare":
+		c.Bare, err = strconv.ParseBool(value)
+	case "daemon.args":
+		c.Extra = strings.Fields(value)
+	default:
+		return fmt.Errorf("guest: unknown setting %q", key)
+	}
+	if err != nil {
+		return fmt.Errorf("guest: setting %s: %w", key, err)
+	}
+	return nil
+}
+
+// ParseFile applies "key = value" lines from r; name labels errors.
+func (c *Config) ParseFile(name string, r io.Reader) error {
+	sc := bufio.NewScanner(r)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok {
+			return fmt.Errorf("guest: %s:%d: want key = value", name, n)
+		}
+		if err := c.Apply(strings.TrimSpace(k), strings.TrimSpace(v)); err != nil {
+			return fmt.Errorf("%s:%d: %w", name, n, err)
+		}
+	}
+	return sc.Err()
+}
+
+// LoadFile applies a config file; a missing file is not an error.
+func (c *Config) LoadFile(path string) error {
+	f, err := os.Open(path)
+	if os.IsNotExist(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("guest: %w", err)
+	}
+	defer f.Close()
+	return c.ParseFile(path, f)
+}
+
+// ParseCmdline applies the cxlpool.KEY=VALUE words of a kernel command
+// line and ignores the rest. Unknown cxlpool keys are errors.
+func (c *Config) ParseCmdline(cmdline string) error {
+	for _, w := range strings.Fields(cmdline) {
+		kv, ok := strings.CutPrefix(w, "cxlpool.")
+		if !ok {
+			continue
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			v = "true"
+		}
+		if err := c.Apply(k, strings.Trim(v, `"`)); err != nil {
+			return fmt.Errorf("kernel command line: %w", err)
+		}
+	}
+	return nil
+}
+
+// DaemonArgs are cxlpoold's flags for this configuration.
+func (c *Config) DaemonArgs() []string {
+	args := []string{"--device", c.Device, "--data", c.Data, "--listen", c.Listen}
+	if c.LogLevel != "" {
+		args = append(args, "--log-level", c.LogLevel)
+	}
+	if c.HTTP {
+		args = append(args, "--http")
+	}
+	return append(args, c.Extra...)
+}

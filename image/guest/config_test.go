@@ -1,0 +1,66 @@
+package guest
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestConfigLayers(t *testing.T) {
+	var c Config
+	if err := c.ParseFile("defaults", strings.NewReader(DefaultConfig)); err != nil {
+		t.Fatal(err)
+	}
+	owner := "# owner\ndevice = tty:/dev/ttyUSB0?baud=115200\nnet.address = 192.168.1.50/24\nadmin-password = s3cret-Passw0rd\n"
+	if err := c.ParseFile("cxlpool.conf", strings.NewReader(owner)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.ParseCmdline("console=ttyS0 panic=-1 cxlpool.slot=b cxlpool.http cxlpool.daemon.args=\"--sim-heads=4\" quiet"); err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Device: "tty:/dev/ttyUSB0?baud=115200", Listen: "0.0.0.0:8443", HTTP: true, Data: "/data/cxlpool",
+		LogLevel: "info", Disk: "/dev/vda", NetIface: "eth0", NetAddress: "192.168.1.50/24", NetGateway: "10.0.2.2",
+		HealthTimeout: 180 * time.Second, AdminPassword: "s3cret-Passw0rd", Slot: "b", Extra: []string{"--sim-heads=4"}}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("config (-want +got):\n%s", diff)
+	}
+	wantArgs := []string{"--device", "tty:/dev/ttyUSB0?baud=115200", "--data", "/data/cxlpool", "--listen", "0.0.0.0:8443",
+		"--log-level", "info", "--http", "--sim-heads=4"}
+	if diff := cmp.Diff(wantArgs, c.DaemonArgs()); diff != "" {
+		t.Errorf("daemon args (-want +got):\n%s", diff)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	for _, tt := range []struct{ name, file, cmdline string }{
+		{"unknown key", "colour = blue\n", ""},
+		{"no equals", "device\n", ""},
+		{"bad bool", "http = maybe\n", ""},
+		{"bad duration", "health.timeout = soon\n", ""},
+		{"unknown cmdline key", "", "cxlpool.nope=1"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var c Config
+			err := c.ParseFile("f", strings.NewReader(tt.file))
+			if err == nil {
+				err = c.ParseCmdline(tt.cmdline)
+			}
+			if err == nil {
+				t.Fatal("got nil error, want one")
+			}
+		})
+	}
+}
+
+func FuzzConfig(f *testing.F) {
+	f.Add(DefaultConfig, "console=ttyS0 cxlpool.slot=a cxlpool.bare=1")
+	f.Add("http = yes\n", "cxlpool.health.timeout=3s")
+	f.Fuzz(func(t *testing.T, file, cmdline string) {
+		var c Config
+		_ = c.ParseFile("f", strings.NewReader(file))
+		_ = c.ParseCmdline(cmdline)
+		_ = c.DaemonArgs()
+	})
+}

@@ -1,0 +1,111 @@
+// Topology: the box as an SVG: its eight host heads, each head's link,
+// and where each host's memory chunks lie in the device's capacity,
+// redrawn live from the event stream.
+import { html, useState, useEffect } from '../lib.js';
+import * as api from '../api.js';
+import { useLive } from '../live.js';
+import { Card, ErrorBox, Loading, fmtMiB, hostColor, hostNum, LinkBadge } from '../ui.js';
+
+const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
+
+async function load() {
+  const [dom, systems, chunks, dcd] = await Promise.all([
+    api.get(DOMAIN), api.members('/redfish/v1/Systems'), api.members(DOMAIN + '/MemoryChunks'),
+    api.get('/redfish/v1/Chassis/Pool/PCIeDevices/DCD').catch(() => null),
+  ]);
+  return { dom, systems, chunks, dcd };
+}
+
+const W = 1000;
+const H = 600;
+const BOX = { x: 330, y: 40, w: 340, h: 520 };
+const POOL = { x: BOX.x + 130, y: BOX.y + 60, w: 80, h: BOX.h - 110 };
+
+export default function Topology() {
+  const [d, setD] = useState(null);
+  const [err, setErr] = useState(null);
+  const reload = () => load().then((x) => { setD(x); setErr(null); }, setErr);
+  useEffect(() => { reload(); }, []);
+  useLive(reload, { every: 10000 });
+  if (!d) return html`<h1>Topology</h1>${err ? html`<${ErrorBox} error=${err} />` : html`<${Loading} />`}`;
+
+  const { dom, systems, chunks, dcd } = d;
+  const total = dom.MemorySizeMiB || 1;
+  const n = systems.length;
+  const left = Math.ceil(n / 2);
+  const yFor = (i, count) => BOX.y + 50 + ((BOX.h - 100) * (i + 0.5)) / count;
+  const heads = systems.map((s, i) => {
+    const isLeft = i < left;
+    const k = isLeft ? i : i - left;
+    const y = yFor(k, isLeft ? left : n - left);
+    return { s, i, isLeft, y, px: isLeft ? BOX.x : BOX.x + BOX.w, hx: isLeft ? 40 : W - 240, up: !!s.Oem?.CxlPool?.LinkUp };
+  });
+  const headOf = Object.fromEntries(heads.map((h) => [h.s.Id, h]));
+  const yOf = (mib) => POOL.y + (POOL.h * mib) / total;
+  const placed = chunks.filter((c) => c.AddressRangeOffsetMiB !== undefined);
+  const unplaced = chunks.filter((c) => c.AddressRangeOffsetMiB === undefined);
+  const holders = (c) => (c.Oem?.CxlPool?.Grants || []).filter((g) => g.State === 'granted' || g.State === 'releasing' || g.State === 'adding').map((g) => g.SystemId);
+
+  const desc = `The memory box with ${n} host heads. ` + heads.map((h) => `${h.s.Id} link ${h.up ? 'up' : 'down'}`).join(', ') + '. ' +
+    placed.map((c) => `Chunk ${c.Id} (${fmtMiB(c.MemoryChunkSizeMiB)}) to ${holders(c).join(' and ') || 'no host'}`).join('. ');
+
+  return html`
+    <div class="page-h"><h1>Topology</h1><span class="hint">Updated live from the event stream</span></div>
+    ${err ? html`<${ErrorBox} error=${err} />` : null}
+    <${Card} class="topo">
+      <svg viewBox=${`0 0 ${W} ${H}`} role="img" aria-labelledby="topo-title topo-desc" id="topology-svg">
+        <title id="topo-title">Topology of the memory box</title>
+        <desc id="topo-desc">${desc}</desc>
+        <defs>${systems.map((s) => html`<pattern id=${'hatch-' + s.Id} width="8" height="8" patternUnits="userSpaceOnUse" patternTransform="rotate(45)">
+          <rect width="8" height="8" fill=${hostColor(hostNum(s.Id))} /><rect width="3" height="8" fill="#ffffff" opacity="0.55" /></pattern>`)}</defs>
+        <rect class="box" x=${BOX.x} y=${BOX.y} width=${BOX.w} height=${BOX.h} rx="14" />
+        <text x=${BOX.x + BOX.w / 2} y=${BOX.y + 24} text-anchor="middle" font-weight="700">CXL memory box</text>
+        <text x=${BOX.x + BOX.w / 2} y=${BOX.y + 42} text-anchor="middle" class="small">${dcd ? `${dcd.Model || 'DCD'} · ${fmtMiB(total)}` : fmtMiB(total)}</text>
+        <rect class="pool-bg" x=${POOL.x} y=${POOL.y} width=${POOL.w} height=${POOL.h} rx="4" />
+        <text x=${POOL.x + POOL.w / 2} y=${POOL.y + POOL.h + 18} text-anchor="middle" class="small">device capacity (DPA)</text>
+        ${(dom.Oem?.CxlPool?.Regions || []).map((r, i, all) => {
+          const off = all.slice(0, i).reduce((a, x) => a + x.SizeMiB, 0);
+          return i > 0 ? html`<line x1=${POOL.x - 6} x2=${POOL.x + POOL.w + 6} y1=${yOf(off)} y2=${yOf(off)} stroke="currentColor" stroke-dasharray="2 2" opacity="0.5" />` : null;
+        })}
+        ${placed.map((c) => {
+          const hs = holders(c);
+          const y = yOf(c.AddressRangeOffsetMiB);
+          const h = Math.max(3, (POOL.h * c.MemoryChunkSizeMiB) / total);
+          const fill = hs.length > 1 ? `url(#hatch-${hs[0]})` : hostColor(hostNum(hs[0]));
+          return html`<g data-chunk=${c.Id}>
+            <rect x=${POOL.x} y=${y} width=${POOL.w} height=${h} fill=${fill} stroke="#000" stroke-width="0.5"><title>Chunk ${c.Id}: ${fmtMiB(c.MemoryChunkSizeMiB)} at ${fmtMiB(c.AddressRangeOffsetMiB)}, ${hs.join(', ') || 'unassigned'}</title></rect>
+            ${hs.map((sid) => {
+              const hd = headOf[sid];
+              if (!hd) return null;
+              const sx = hd.isLeft ? POOL.x : POOL.x + POOL.w;
+              const cy = y + h / 2;
+              const mx = (sx + hd.px) / 2;
+              return html`<path class="chunk-line" stroke=${hostColor(hostNum(sid))} d=${`M ${hd.px} ${hd.y} C ${mx} ${hd.y}, ${mx} ${cy}, ${sx} ${cy}`} />`;
+            })}
+          </g>`;
+        })}
+        ${heads.map((h) => {
+          const color = hostColor(hostNum(h.s.Id));
+          const o = h.s.Oem?.CxlPool || {};
+          return html`<g data-head=${h.s.Id}>
+            <line class=${'link ' + (h.up ? 'up' : 'down')} stroke=${h.up ? color : undefined} x1=${h.isLeft ? h.hx + 200 : h.hx} y1=${h.y} x2=${h.px} y2=${h.y} />
+            ${!h.up ? html`<text x=${(h.px + (h.isLeft ? h.hx + 200 : h.hx)) / 2} y=${h.y - 7} text-anchor="middle" class="label-bad">link down</text>` : null}
+            <rect class="port" x=${h.px - 9} y=${h.y - 9} width="18" height="18" rx="3" />
+            <text x=${h.isLeft ? h.px + 14 : h.px - 14} y=${h.y + 4} text-anchor=${h.isLeft ? 'start' : 'end'} class="small">LD${hostNum(h.s.Id)}·p${o.Port}</text>
+            <rect class="hostbox" x=${h.hx} y=${h.y - 26} width="200" height="52" rx="8" stroke=${color} />
+            <text x=${h.hx + 12} y=${h.y - 6} font-weight="700">${h.s.Name}</text>
+            <text x=${h.hx + 12} y=${h.y + 14} class="small">${fmtMiB(o.GrantedMiB)} granted${o.QuotaMiB ? ` · quota ${fmtMiB(o.QuotaMiB)}` : ''}</text>
+          </g>`;
+        })}
+      </svg>
+    <//>
+    <div class="grid">
+      <${Card} title="Heads">
+        <ul class="plain">${systems.map((s) => html`<li><span class="sw" style=${{ background: hostColor(hostNum(s.Id)) }}></span> ${s.Name} <${LinkBadge} up=${s.Oem?.CxlPool?.LinkUp} /></li>`)}</ul>
+      <//>
+      <${Card} title="Reserved, not placed">
+        ${unplaced.length === 0 ? html`<p class="hint">Every chunk is placed on the device.</p>` : html`<ul class="plain">${unplaced.map((c) => html`<li>Chunk ${c.Id}: ${fmtMiB(c.MemoryChunkSizeMiB)} (${c.Status?.State})</li>`)}</ul>`}
+        <p class="hint">A chunk gets device addresses when it is first offered to a host. Striped chunks are shared by several hosts.</p>
+      <//>
+    </div>`;
+}
