@@ -369,3 +369,35 @@ func waitSSE(t *testing.T, ch <-chan map[string]any, match func(map[string]any) 
 		}
 	}
 }
+
+// A device without a board controller: the board's resources answer 503
+// and say why; the management computer's sensors stay listed.
+func TestBoardAbsent(t *testing.T) {
+	env := apitest.NewServer(t, apitest.Options{
+		Sim:   func(c *sim.Config) { c.Board.EID = 0x30 }, // nobody answers at EID 9
+		Board: func(c *appliance.BoardConfig) { c.DiscoverTimeout = 200 * time.Millisecond },
+	})
+	for _, uri := range []string{thermalURI, thermalURI + "/Fans", powerURI, sensorsURI + "/InletTemp"} {
+		r := env.Admin.Get(uri)
+		wantStatus(t, "GET "+uri, r, http.StatusServiceUnavailable, "ServiceTemporarilyUnavailable")
+		if r.Header.Get("Retry-After") == "" || !strings.Contains(string(r.Body), "board controller does not answer") {
+			t.Errorf("GET %s without a board: got %s, want Retry-After and a message naming the board controller", uri, r)
+		}
+	}
+	all := members(t, env.Admin, sensorsURI)
+	if len(all) == 0 || slices.ContainsFunc(all, func(u string) bool { return !strings.HasPrefix(u, sensorsURI+"/Mgmt_") }) {
+		t.Errorf("Sensors without a board: got %v, want the management computer's only", all)
+	}
+	if _, ok := env.Admin.GetOK("/redfish/v1/Chassis/Pool")["LocationIndicatorActive"]; ok {
+		t.Error("Chassis shows LocationIndicatorActive without a board")
+	}
+	wantStatus(t, "PATCH LED", env.Admin.Patch("/redfish/v1/Chassis/Pool", map[string]any{"LocationIndicatorActive": true}),
+		http.StatusServiceUnavailable, "ServiceTemporarilyUnavailable")
+	wantStatus(t, "reset", env.Admin.Post(systemURI(0)+"/Actions/ComputerSystem.Reset", map[string]any{"ResetType": "PowerCycle"}),
+		http.StatusServiceUnavailable, "ServiceTemporarilyUnavailable")
+	if _, ok := env.Admin.GetOK(systemURI(0))["PowerState"]; ok {
+		t.Error("Host0 shows a PowerState without a board")
+	}
+	// Capacity is unaffected.
+	connect(t, env.Admin, reserve(t, env.Admin, 4*blockMiB, nil), 0)
+}

@@ -1,6 +1,8 @@
 package appliance
 
 import (
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -60,4 +62,29 @@ func TestDefaultCHMUConfigFitsCaps(t *testing.T) {
 			t.Errorf("%s (-want +got):\n%s", tt.name, diff)
 		}
 	}
+}
+
+// FuzzParseCHMU: the --chmu parser never panics, and what it accepts
+// names a path and a non-negative offset that print back to an
+// equivalent flag.
+func FuzzParseCHMU(f *testing.F) {
+	for _, s := range []string{"/sys/bus/pci/devices/0000:0d:00.0/resource2@0x10000", "bar", "bar@4096", "@1", "a@b@c", "x@-1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if strings.HasPrefix(s, "pci:") {
+			return // reads sysfs
+		}
+		loc, err := ParseCHMU(s)
+		if err != nil {
+			return
+		}
+		if loc.Path == "" || loc.Offset < 0 {
+			t.Fatalf("ParseCHMU(%q) = %+v", s, loc)
+		}
+		again, err := ParseCHMU(loc.Path + "@" + strconv.FormatInt(loc.Offset, 10))
+		if err != nil || again != loc {
+			t.Fatalf("ParseCHMU(%q) = %+v; printed back: %+v, %v", s, loc, again, err)
+		}
+	})
 }
