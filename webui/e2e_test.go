@@ -27,7 +27,7 @@ const chromiumPath = "/usr/bin/chromium"
 
 // stepTimeout guards each browser step so that a broken page fails the
 // test instead of hanging it; it is not a performance assertion.
-const stepTimeout = 20 * time.Second
+const stepTimeout = 60 * time.Second
 
 type browser struct {
 	t    *testing.T
