@@ -132,8 +132,9 @@ func (b *Board) platformLocked(h pldm.Header, p []byte) (encoding.BinaryMarshale
 			}
 			b.receiver = mctp.EID(req.Address)
 		default:
-			// Polling and keep-alive heartbeats are not implemented
-			// (ENABLE_METHOD_NOT_SUPPORTED).
+			// The board offers asynchronous events only; polled and
+			// keep-alive receivers are refused as DSP0248 prescribes
+			// (ENABLE_METHOD_NOT_SUPPORTED), and the FM asks for async.
 			return nil, pldm.CCEnableMethodNotSupported, true
 		}
 		return nil, pldm.CCSuccess, true
