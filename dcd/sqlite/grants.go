@@ -216,7 +216,38 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 		run = l.relaxedTx
 	}
 	err := run(ctx, func(tx *sql.Tx) error {
-		var err error
+		// The common case in one statement: the grant is in a source
+		// state, so update it and read it back together. Only when that
+		// matches nothing does the slow path find out why.
+		now := l.now()
+		g = dcd.Grant{ID: id, State: m.to, Updated: now}
+		var created int64
+		states := make([]any, 0, len(m.from))
+		for _, st := range m.from {
+			states = append(states, st)
+		}
+		args := append([]any{m.to, m.setReason, m.reason, unixNano(now), id}, states...)
+		err := tx.QueryRowContext(ctx, `UPDATE grants SET state = ?, reason = CASE WHEN ? THEN ? ELSE reason END, updated = ?
+			WHERE id = ? AND state IN (`+placeholders(len(states))+`) RETURNING chunk, host, reason, created`, args...).
+			Scan(&g.Chunk, &g.Host, &g.Reason, &created)
+		switch {
+		case err == nil:
+			g.Created = fromNano(created)
+			if m.setExtents {
+				if _, err := tx.ExecContext(ctx, `DELETE FROM extents WHERE grant_id = ?`, id); err != nil {
+					return err
+				}
+				if err := insertExtents(ctx, tx, id, m.extents); err != nil {
+					return err
+				}
+				g.Extents = slices.Clone(m.extents)
+				return nil
+			}
+			g.Extents, err = getExtents(ctx, tx, id)
+			return err
+		case !errors.Is(err, sql.ErrNoRows):
+			return err
+		}
 		if g, err = getGrant(ctx, tx, id); err != nil {
 			return err
 		}
@@ -230,25 +261,9 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 			}
 			return fmt.Errorf("grant is %s, want %s: %w", g.State, joinStates(want), dcd.ErrConflict)
 		}
-		now := l.now()
-		if m.setReason {
-			g.Reason = m.reason
-		}
-		if _, err := tx.ExecContext(ctx, `UPDATE grants SET state = ?, reason = ?, updated = ? WHERE id = ?`,
-			m.to, g.Reason, unixNano(now), id); err != nil {
-			return err
-		}
-		g.State, g.Updated = m.to, now
-		if m.setExtents {
-			if _, err := tx.ExecContext(ctx, `DELETE FROM extents WHERE grant_id = ?`, id); err != nil {
-				return err
-			}
-			if err := insertExtents(ctx, tx, id, m.extents); err != nil {
-				return err
-			}
-			g.Extents = slices.Clone(m.extents)
-		}
-		return nil
+		// The update matched nothing, yet the grant is in a source state:
+		// impossible inside one transaction.
+		return fmt.Errorf("grant is %s but could not be moved to %s", g.State, m.to)
 	})
 	if err != nil {
 		return dcd.Grant{}, fmt.Errorf("ledger: %s %d: %w", op, id, err)
@@ -309,22 +324,36 @@ func getGrant(ctx context.Context, tx *sql.Tx, id dcd.GrantID) (dcd.Grant, error
 	if err != nil {
 		return dcd.Grant{}, fmt.Errorf("grant %d: %w", id, err)
 	}
+	if g.Extents, err = getExtents(ctx, tx, id); err != nil {
+		return dcd.Grant{}, err
+	}
+	return g, nil
+}
+
+// getExtents returns a grant's extents in their order.
+func getExtents(ctx context.Context, tx *sql.Tx, id dcd.GrantID) ([]cci.Extent, error) {
 	rows, err := tx.QueryContext(ctx, `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`, id)
 	if err != nil {
-		return dcd.Grant{}, fmt.Errorf("grant %d extents: %w", id, err)
+		return nil, fmt.Errorf("grant %d extents: %w", id, err)
 	}
 	defer rows.Close()
+	var out []cci.Extent
 	for rows.Next() {
 		e, err := scanExtent(rows)
 		if err != nil {
-			return dcd.Grant{}, fmt.Errorf("grant %d extents: %w", id, err)
+			return nil, fmt.Errorf("grant %d extents: %w", id, err)
 		}
-		g.Extents = append(g.Extents, e)
+		out = append(out, e)
 	}
 	if err := rows.Err(); err != nil {
-		return dcd.Grant{}, fmt.Errorf("grant %d extents: %w", id, err)
+		return nil, fmt.Errorf("grant %d extents: %w", id, err)
 	}
-	return g, nil
+	return out, nil
+}
+
+// placeholders returns "?, ?, …" for n parameters.
+func placeholders(n int) string {
+	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
 }
 
 // Grant returns one grant with its extents, or dcd.ErrNotFound.
