@@ -41,33 +41,14 @@ func cmdAccounts(ctx context.Context, a *app, args []string) error {
 }
 
 func accountsList(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("accounts list", "")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	ctx, cancel := a.deadline(ctx, false)
-	defer cancel()
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	accts, err := c.Accounts(ctx)
-	if err != nil {
-		return explain(err)
-	}
-	out := make([]accountOut, 0, len(accts))
-	for _, acc := range accts {
-		out = append(out, toAccountOut(acc))
-	}
-	if a.g.json {
-		return a.printJSON(out)
-	}
-	rows := make([][]string, 0, len(out))
-	for _, o := range out {
-		rows = append(rows, []string{o.ID, o.User, o.Role, orDash(o.System),
-			yesNo(o.Enabled), yesNo(o.Locked)})
-	}
-	return a.table([]string{"ID", "USER", "ROLE", "SYSTEM", "ENABLED", "LOCKED"}, rows)
+	return list(ctx, a, "accounts list", args,
+		func(ctx context.Context, c *client.Client) ([]accountOut, error) {
+			return convert(toAccountOut)(c.Accounts(ctx))
+		},
+		[]string{"ID", "USER", "ROLE", "SYSTEM", "ENABLED", "LOCKED"},
+		func(o accountOut) []string {
+			return []string{o.ID, o.User, o.Role, orDash(o.System), yesNo(o.Enabled), yesNo(o.Locked)}
+		})
 }
 
 func yesNo(b bool) string {

@@ -216,54 +216,40 @@ type hostOut struct {
 }
 
 func cmdHosts(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("hosts", "")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	ctx, cancel := a.deadline(ctx, false)
-	defer cancel()
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	systems, err := c.Systems(ctx)
-	if err != nil {
-		return explain(err)
-	}
-	out := make([]hostOut, 0, len(systems))
-	for _, s := range systems {
-		h := hostOut{System: s.ID, URI: s.ODataID, Name: s.Name, State: s.Status.State,
-			LinkUp: s.Status.State == "Enabled"}
-		if o := s.Oem.CxlPool; o != nil {
-			port := o.Port
-			h.Port, h.LinkUp = &port, o.LinkUp
-			h.GrantedBytes, h.QuotaBytes = mibBytes(o.GrantedMiB), mibBytes(o.QuotaMiB)
-			if o.LogicalDevice != nil {
-				if ld, err := strconv.Atoi(lastSegment(o.LogicalDevice.ODataID)); err == nil {
-					h.Head = &ld
-				}
+	return list(ctx, a, "hosts", args,
+		func(ctx context.Context, c *client.Client) ([]hostOut, error) {
+			return convert(toHostOut)(c.Systems(ctx))
+		},
+		[]string{"SYSTEM", "HEAD", "PORT", "LINK", "GRANTED", "QUOTA"},
+		func(h hostOut) []string {
+			link := "down"
+			if h.LinkUp {
+				link = "up"
 			}
-		} else if s.MemorySummary.TotalSystemMemoryGiB != nil {
-			h.GrantedBytes = uint64(*s.MemorySummary.TotalSystemMemoryGiB * (1 << 30))
+			quota := "none"
+			if h.QuotaBytes > 0 {
+				quota = size(h.QuotaBytes)
+			}
+			return []string{h.System, optInt(h.Head), optInt(h.Port), link, size(h.GrantedBytes), quota}
+		})
+}
+
+func toHostOut(s client.System) hostOut {
+	h := hostOut{System: s.ID, URI: s.ODataID, Name: s.Name, State: s.Status.State,
+		LinkUp: s.Status.State == "Enabled"}
+	if o := s.Oem.CxlPool; o != nil {
+		port := o.Port
+		h.Port, h.LinkUp = &port, o.LinkUp
+		h.GrantedBytes, h.QuotaBytes = mibBytes(o.GrantedMiB), mibBytes(o.QuotaMiB)
+		if o.LogicalDevice != nil {
+			if ld, err := strconv.Atoi(lastSegment(o.LogicalDevice.ODataID)); err == nil {
+				h.Head = &ld
+			}
 		}
-		out = append(out, h)
+	} else if s.MemorySummary.TotalSystemMemoryGiB != nil {
+		h.GrantedBytes = uint64(*s.MemorySummary.TotalSystemMemoryGiB * (1 << 30))
 	}
-	if a.g.json {
-		return a.printJSON(out)
-	}
-	rows := make([][]string, 0, len(out))
-	for _, h := range out {
-		link := "down"
-		if h.LinkUp {
-			link = "up"
-		}
-		quota := "none"
-		if h.QuotaBytes > 0 {
-			quota = size(h.QuotaBytes)
-		}
-		rows = append(rows, []string{h.System, optInt(h.Head), optInt(h.Port), link, size(h.GrantedBytes), quota})
-	}
-	return a.table([]string{"SYSTEM", "HEAD", "PORT", "LINK", "GRANTED", "QUOTA"}, rows)
+	return h
 }
 
 func optInt(p *int) string {
@@ -307,33 +293,15 @@ func toChunkOut(ch client.MemoryChunk) chunkOut {
 }
 
 func cmdChunks(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("chunks", "")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	ctx, cancel := a.deadline(ctx, false)
-	defer cancel()
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	chunks, err := c.Chunks(ctx)
-	if err != nil {
-		return explain(err)
-	}
-	out := make([]chunkOut, 0, len(chunks))
-	for _, ch := range chunks {
-		out = append(out, toChunkOut(ch))
-	}
-	if a.g.json {
-		return a.printJSON(out)
-	}
-	rows := make([][]string, 0, len(out))
-	for _, o := range out {
-		rows = append(rows, []string{o.ID, orDash(o.Name), size(o.SizeBytes), optInt(o.Region), yesNo(o.Sharable),
-			orDash(o.State), orDash(strings.Join(o.Hosts, ","))})
-	}
-	return a.table([]string{"ID", "NAME", "SIZE", "REGION", "SHARABLE", "STATE", "HOSTS"}, rows)
+	return list(ctx, a, "chunks", args,
+		func(ctx context.Context, c *client.Client) ([]chunkOut, error) {
+			return convert(toChunkOut)(c.Chunks(ctx))
+		},
+		[]string{"ID", "NAME", "SIZE", "REGION", "SHARABLE", "STATE", "HOSTS"},
+		func(o chunkOut) []string {
+			return []string{o.ID, orDash(o.Name), size(o.SizeBytes), optInt(o.Region), yesNo(o.Sharable),
+				orDash(o.State), orDash(strings.Join(o.Hosts, ","))}
+		})
 }
 
 // --- connections ---
@@ -390,37 +358,23 @@ func toConnectionOut(cn client.Connection, systems map[string]string) connection
 }
 
 func cmdConnections(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("connections", "")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	ctx, cancel := a.deadline(ctx, false)
-	defer cancel()
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	conns, err := c.Connections(ctx)
-	if err != nil {
-		return explain(err)
-	}
-	systems, err := endpointSystems(ctx, c)
-	if err != nil {
-		return explain(err)
-	}
-	out := make([]connectionOut, 0, len(conns))
-	for _, cn := range conns {
-		out = append(out, toConnectionOut(cn, systems))
-	}
-	if a.g.json {
-		return a.printJSON(out)
-	}
-	rows := make([][]string, 0, len(out))
-	for _, o := range out {
-		rows = append(rows, []string{o.ID, strings.Join(o.Chunks, ","), strings.Join(o.Hosts, ","), orDash(o.State),
-			orDash(o.GrantState), size(o.GrantedBytes), strconv.Itoa(o.Extents)})
-	}
-	return a.table([]string{"ID", "CHUNK", "HOST", "STATE", "GRANT", "GRANTED", "EXTENTS"}, rows)
+	return list(ctx, a, "connections", args,
+		func(ctx context.Context, c *client.Client) ([]connectionOut, error) {
+			conns, err := c.Connections(ctx)
+			if err != nil {
+				return nil, err
+			}
+			systems, err := endpointSystems(ctx, c)
+			if err != nil {
+				return nil, err
+			}
+			return convert(func(cn client.Connection) connectionOut { return toConnectionOut(cn, systems) })(conns, nil)
+		},
+		[]string{"ID", "CHUNK", "HOST", "STATE", "GRANT", "GRANTED", "EXTENTS"},
+		func(o connectionOut) []string {
+			return []string{o.ID, strings.Join(o.Chunks, ","), strings.Join(o.Hosts, ","), orDash(o.State),
+				orDash(o.GrantState), size(o.GrantedBytes), strconv.Itoa(o.Extents)}
+		})
 }
 
 // --- request, share ---

@@ -187,33 +187,15 @@ func exportCreate(ctx context.Context, a *app, args []string) error {
 }
 
 func exportList(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("export list", "")
-	if _, err := parse(fs, args, 0, 0); err != nil {
-		return err
-	}
-	ctx, cancel := a.deadline(ctx, false)
-	defer cancel()
-	c, err := a.client()
-	if err != nil {
-		return err
-	}
-	xs, err := c.Exports(ctx)
-	if err != nil {
-		return explain(err)
-	}
-	out := make([]exportOut, 0, len(xs))
-	for _, x := range xs {
-		out = append(out, toExportOut(x))
-	}
-	if a.g.json {
-		return a.printJSON(out)
-	}
-	rows := make([][]string, 0, len(out))
-	for _, o := range out {
-		rows = append(rows, []string{o.ID, o.Client, o.Chunk, o.Access, size(o.OffsetBytes), size(o.LengthBytes),
-			orDash(o.Expiry), size(o.BytesRead), size(o.BytesWritten)})
-	}
-	return a.table([]string{"ID", "CLIENT", "CHUNK", "ACCESS", "OFFSET", "LENGTH", "EXPIRES", "READ", "WRITTEN"}, rows)
+	return list(ctx, a, "export list", args,
+		func(ctx context.Context, c *client.Client) ([]exportOut, error) {
+			return convert(toExportOut)(c.Exports(ctx))
+		},
+		[]string{"ID", "CLIENT", "CHUNK", "ACCESS", "OFFSET", "LENGTH", "EXPIRES", "READ", "WRITTEN"},
+		func(o exportOut) []string {
+			return []string{o.ID, o.Client, o.Chunk, o.Access, size(o.OffsetBytes), size(o.LengthBytes),
+				orDash(o.Expiry), size(o.BytesRead), size(o.BytesWritten)}
+		})
 }
 
 func exportRevoke(ctx context.Context, a *app, args []string) error {

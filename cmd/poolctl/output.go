@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"math/bits"
@@ -8,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"cxlpool/api/client"
 	"cxlpool/internal/bytesize"
 )
 
@@ -18,6 +20,53 @@ func (a *app) printJSON(v any) error {
 	enc.SetIndent("", "  ")
 	enc.SetEscapeHTML(false)
 	return enc.Encode(v)
+}
+
+// list is the shape of every listing command: no arguments, one fetch
+// under the command's deadline, then --json output or an aligned table.
+// fetch returns the items already converted to their output form.
+func list[O any](ctx context.Context, a *app, name string, args []string,
+	fetch func(context.Context, *client.Client) ([]O, error), header []string, row func(O) []string) error {
+	fs := a.flags(name, "")
+	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	ctx, cancel := a.deadline(ctx, false)
+	defer cancel()
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	out, err := fetch(ctx, c)
+	if err != nil {
+		return explain(err)
+	}
+	if out == nil {
+		out = []O{} // --json prints [] rather than null
+	}
+	if a.g.json {
+		return a.printJSON(out)
+	}
+	rows := make([][]string, 0, len(out))
+	for _, o := range out {
+		rows = append(rows, row(o))
+	}
+	return a.table(header, rows)
+}
+
+// convert maps a fetch's items to their output form:
+// convert(toChunkOut)(c.Chunks(ctx)).
+func convert[T, O any](f func(T) O) func([]T, error) ([]O, error) {
+	return func(items []T, err error) ([]O, error) {
+		if err != nil {
+			return nil, err
+		}
+		out := make([]O, 0, len(items))
+		for _, it := range items {
+			out = append(out, f(it))
+		}
+		return out, nil
+	}
 }
 
 // table prints rows under a header, columns aligned.
