@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -35,10 +36,29 @@ const (
 // Init runs the box's start-up. Out is the console.
 type Init struct {
 	Out io.Writer
+	// lateModules starts loading the modules the daemon does not need.
+	lateModules func()
 }
 
 func (in *Init) printf(format string, args ...any) {
-	fmt.Fprintf(in.Out, "cxlpool: "+format+"\n", args...)
+	fmt.Fprintf(in.Out, "[%8.3f] cxlpool: "+format+"\n", append([]any{uptime().Seconds()}, args...)...)
+}
+
+// stamped copies a program's output to the console line by line, each
+// line prefixed with the time since boot like the kernel's messages.
+func (in *Init) stamped() (io.WriteCloser, func()) {
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			fmt.Fprintf(in.Out, "[%8.3f] %s\n", uptime().Seconds(), sc.Text())
+		}
+		_, _ = io.Copy(io.Discard, pr)
+	}()
+	return pw, func() { pw.Close(); <-done }
 }
 
 // uptime is the time since the kernel started, from /proc/uptime.
@@ -85,22 +105,39 @@ func (in *Init) Main(ctx context.Context) error {
 	// The disk, network and device link come first; the daemon does not
 	// wait for the rest (CXL memory devices, USB serial, other NICs).
 	mods := "/lib/modules/" + kernelRelease()
-	n, errs := LoadModules(ModulesList, mods, func(name string) bool { return EarlyModule(name) })
+	stage := func(st int) func(string) bool { return func(name string) bool { return ModuleStage(name) == st } }
+	n, errs := LoadModules(ModulesList, mods, stage(StageEarly))
 	for _, e := range errs {
 		in.printf("module: %v", e)
 	}
 	in.printf("%d early modules loaded in %v", n, time.Since(t).Round(time.Millisecond))
+	// The rest wait until the daemon answers (or a while): under
+	// emulation their probing would compete with its start for the CPU.
+	late := make(chan struct{})
+	in.lateModules = sync.OnceFunc(func() { close(late) })
 	go func() {
+		select {
+		case <-late:
+		case <-time.After(30 * time.Second):
+		case <-ctx.Done():
+			return
+		}
 		t := time.Now()
-		n, errs := LoadModules(ModulesList, mods, func(name string) bool { return !EarlyModule(name) })
+		n, errs := LoadModules(ModulesList, mods, stage(StageLate))
 		for _, e := range errs {
 			in.printf("module: %v", e)
 		}
 		in.printf("%d more modules loaded in %v", n, time.Since(t).Round(time.Millisecond))
+		in.reportCXL()
 	}()
 	// The daemon binds the wildcard address: it need not wait for the
 	// interface's configuration.
 	go func() {
+		n, errs := LoadModules(ModulesList, mods, stage(StageNet))
+		for _, e := range errs {
+			in.printf("module: %v", e)
+		}
+		in.printf("%d network modules loaded", n)
 		if err := in.network(ctx, cfg); err != nil {
 			in.printf("network: %v", err)
 		}
@@ -159,17 +196,28 @@ func kernelRelease() string {
 	return unix.ByteSliceToString(u.Release[:])
 }
 
-// EarlyModule tells the modules the daemon needs before it can start: the virtio
-// disk, NIC and console, ext4 and the checksum it asks the crypto API
-// for. Their dependencies are all in this set too.
-func EarlyModule(name string) bool {
+// Module stages: what the daemon needs before it starts (the virtio disk
+// and console, ext4 and the crc32c it asks the crypto API for), the NICs
+// (loaded while the daemon starts: it binds the wildcard address), and
+// the rest (CXL memory devices, USB serial, accelerated crc32c), loaded
+// once the daemon answers so that under emulation their probing does not
+// compete with its start.
+const (
+	StageEarly = iota
+	StageNet
+	StageLate
+)
+
+// ModuleStage returns the stage a module loads in.
+func ModuleStage(name string) int {
 	switch name {
 	case "virtio", "virtio_ring", "virtio_pci_legacy_dev", "virtio_pci_modern_dev", "virtio_pci",
-		"virtio_blk", "failover", "net_failover", "virtio_net", "virtio_console",
-		"crc32c_generic", "crc32c_intel", "crc16", "mbcache", "jbd2", "ext4":
-		return true
+		"virtio_blk", "virtio_console", "crc32c_generic", "crc16", "mbcache", "jbd2", "ext4":
+		return StageEarly
+	case "failover", "net_failover", "virtio_net", "e1000e":
+		return StageNet
 	}
-	return false
+	return StageLate
 }
 
 // LoadModules loads the modules named in list (one per line, dependencies
@@ -220,7 +268,7 @@ func LoadModules(list, dir string, want func(name string) bool) (int, []error) {
 	return n, errs
 }
 
-// network configures the interface with u-root's ip command.
+// network configures the interface.
 func (in *Init) network(ctx context.Context, cfg Config) error {
 	if cfg.NetAddress == "" || cfg.NetIface == "" {
 		return nil
@@ -228,15 +276,8 @@ func (in *Init) network(ctx context.Context, cfg Config) error {
 	if err := waitPath(ctx, "/sys/class/net/"+cfg.NetIface, 10*time.Second); err != nil {
 		return err
 	}
-	cmds := [][]string{{"link", "set", cfg.NetIface, "up"}, {"addr", "add", cfg.NetAddress, "dev", cfg.NetIface}}
-	if cfg.NetGateway != "" {
-		cmds = append(cmds, []string{"route", "add", "default", "via", cfg.NetGateway, "dev", cfg.NetIface})
-	}
-	for _, args := range cmds {
-		out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput()
-		if err != nil {
-			return fmt.Errorf("ip %s: %w: %s", strings.Join(args, " "), err, out)
-		}
+	if err := configureInterface(cfg.NetIface, cfg.NetAddress, cfg.NetGateway); err != nil {
+		return err
 	}
 	in.printf("network: %s %s via %s", cfg.NetIface, cfg.NetAddress, cfg.NetGateway)
 	return nil
@@ -291,10 +332,14 @@ func (in *Init) mountData(ctx context.Context, cfg Config) error {
 	// cut never leaves a file that was written whole (a key, a
 	// certificate, a config) empty or short. The data partition sees
 	// little traffic; SQLite syncs at commit anyway.
-	if err := unix.Mount(dev, DataMount, "ext4", unix.MS_NOATIME|unix.MS_SYNCHRONOUS, ""); err != nil {
+	flags, how := uintptr(unix.MS_NOATIME), ""
+	if cfg.DataSync {
+		flags, how = flags|unix.MS_SYNCHRONOUS, " (sync)"
+	}
+	if err := unix.Mount(dev, DataMount, "ext4", flags, ""); err != nil {
 		return fmt.Errorf("mount %s on %s: %w", dev, DataMount, err)
 	}
-	in.printf("data partition %s mounted on %s (sync)", dev, DataMount)
+	in.printf("data partition %s mounted on %s%s", dev, DataMount, how)
 	return nil
 }
 
@@ -342,17 +387,23 @@ func (in *Init) Supervise(ctx context.Context, cfg Config) error {
 	healthy := false
 	for attempt := 0; ; attempt++ {
 		cmd := exec.CommandContext(ctx, DaemonPath, cfg.DaemonArgs()...)
-		cmd.Stdout, cmd.Stderr = in.Out, in.Out
-		cmd.Env = os.Environ()
+		out, flush := in.stamped()
+		cmd.Stdout, cmd.Stderr = out, out
+		cmd.Env = append(os.Environ(), cfg.Env...)
 		if cfg.AdminPassword != "" {
 			cmd.Env = append(cmd.Env, "CXLPOOL_ADMIN_PASSWORD="+cfg.AdminPassword)
 		}
 		in.printf("starting %s %s", DaemonPath, strings.Join(cfg.DaemonArgs(), " "))
 		if err := cmd.Start(); err != nil {
+			flush()
 			return fmt.Errorf("guest: start daemon: %w", err)
 		}
 		exited := make(chan error, 1)
-		go func() { exited <- cmd.Wait() }()
+		go func() {
+			err := cmd.Wait()
+			flush()
+			exited <- err
+		}()
 		if !healthy {
 			if err := waitHealthy(ctx, cfg, exited); err != nil {
 				in.printf("daemon not healthy: %v", err)
@@ -364,7 +415,9 @@ func (in *Init) Supervise(ctx context.Context, cfg Config) error {
 				healthy = true
 				in.printf("daemon healthy: API up at %.2fs", uptime().Seconds())
 				in.commit(cfg)
-				in.reportCXL()
+				if in.lateModules != nil {
+					in.lateModules()
+				}
 			}
 		}
 		err := <-exited
@@ -472,7 +525,13 @@ func (in *Init) commit(cfg Config) {
 
 // reportCXL prints the local CXL memory devices found by the kernel.
 func (in *Init) reportCXL() {
-	devs, err := linuxcxl.New(linuxcxl.Options{}).List()
+	r := linuxcxl.New(linuxcxl.Options{})
+	devs, err := r.List()
+	// Devices behind CXL ports may still be probing: give them a moment.
+	for i := 0; err == nil && len(devs) == 0 && i < 50; i++ {
+		time.Sleep(100 * time.Millisecond)
+		devs, err = r.List()
+	}
 	if err != nil {
 		in.printf("local CXL: %v", err)
 		return

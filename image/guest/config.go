@@ -41,6 +41,8 @@ net.iface = eth0
 net.address = 10.0.2.15/24
 net.gateway = 10.0.2.2
 health.timeout = 180s
+data.sync = true
+daemon.env = GOGC=400
 `
 
 // DataConfigTemplate is the cxlpool.conf the build puts on the data
@@ -69,6 +71,8 @@ type Config struct {
 	Slot          string        // booted slot (from the boot loader)
 	Bare          bool          // only the shell: the boot-time baseline
 	Extra         []string      // more daemon flags (daemon.args)
+	Env           []string      // more daemon environment, KEY=VALUE (daemon.env)
+	DataSync      bool          // mount the data partition synchronously (data.sync)
 }
 
 // Apply sets key to value.
@@ -103,6 +107,10 @@ func (c *Config) Apply(key, value string) error {
 		c.Bare, err = strconv.ParseBool(value)
 	case "daemon.args":
 		c.Extra = strings.Fields(value)
+	case "data.sync":
+		c.DataSync, err = strconv.ParseBool(value)
+	case "daemon.env":
+		c.Env = strings.Fields(value)
 	default:
 		return fmt.Errorf("guest: unknown setting %q", key)
 	}

@@ -31,7 +31,6 @@ import (
 	_ "github.com/u-root/u-root/cmds/core/mount"
 	_ "github.com/u-root/u-root/cmds/core/mv"
 	_ "github.com/u-root/u-root/cmds/core/netstat"
-	_ "github.com/u-root/u-root/cmds/core/pci"
 	_ "github.com/u-root/u-root/cmds/core/ping"
 	_ "github.com/u-root/u-root/cmds/core/ps"
 	_ "github.com/u-root/u-root/cmds/core/rm"
@@ -42,5 +41,4 @@ import (
 	_ "github.com/u-root/u-root/cmds/core/umount"
 	_ "github.com/u-root/u-root/cmds/core/uname"
 	_ "github.com/u-root/u-root/cmds/core/uptime"
-	_ "github.com/u-root/u-root/cmds/core/wget"
 )
