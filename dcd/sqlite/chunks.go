@@ -16,7 +16,7 @@ import (
 // take the last free bytes. A zero c.Tag gets a fresh one; ID and Created are
 // filled in.
 func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error) {
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		r, err := scanRegion(tx.QueryRowContext(ctx, `SELECT `+regionColumns+` FROM regions WHERE idx = ?`, c.Region))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("unknown region: %w", dcd.ErrInvalid)
@@ -68,7 +68,7 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 
 // regionFree is the region's length minus its live chunks and the orphaned
 // extents that fall inside it (orphaned capacity is never handed out).
-func regionFree(ctx context.Context, tx *sql.Tx, r dcd.Region) (uint64, error) {
+func regionFree(ctx context.Context, tx *Tx, r dcd.Region) (uint64, error) {
 	var reserved int64
 	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`,
 		r.Index).Scan(&reserved); err != nil {
@@ -139,8 +139,8 @@ func toTag(b []byte) (cci.Tag, error) {
 
 // getChunk returns a live chunk, or dcd.ErrNotFound for an unknown or
 // deleted one.
-func getChunk(ctx context.Context, tx *sql.Tx, id dcd.ChunkID) (dcd.Chunk, error) {
-	c, err := scanChunk(tx.QueryRowContext(ctx, `SELECT `+chunkColumns+` FROM chunks WHERE id = ? AND deleted IS NULL`, id))
+func getChunk(ctx context.Context, tx *Tx, id dcd.ChunkID) (dcd.Chunk, error) {
+	c, err := scanChunk(tx.QueryRowContext(ctx, qChunk, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = dcd.ErrNotFound
 	}
@@ -153,7 +153,7 @@ func getChunk(ctx context.Context, tx *sql.Tx, id dcd.ChunkID) (dcd.Chunk, error
 // Chunk returns a live chunk, or dcd.ErrNotFound.
 func (l *Ledger) Chunk(ctx context.Context, id dcd.ChunkID) (dcd.Chunk, error) {
 	var c dcd.Chunk
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		var err error
 		c, err = getChunk(ctx, tx, id)
 		return err
@@ -167,7 +167,7 @@ func (l *Ledger) Chunk(ctx context.Context, id dcd.ChunkID) (dcd.Chunk, error) {
 // Chunks returns the live chunks by ID.
 func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
 	var chunks []dcd.Chunk
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+chunkColumns+` FROM chunks WHERE deleted IS NULL ORDER BY id`)
 		if err != nil {
 			return err
@@ -191,7 +191,7 @@ func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
 // DeleteChunk frees a chunk's reservation. The row stays (deleted) so its
 // grants keep their history and its tag is never issued again.
 func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		if _, err := getChunk(ctx, tx, id); err != nil {
 			return err
 		}

@@ -20,7 +20,7 @@ const activeStates = `('adding', 'granted', 'releasing')`
 func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, checked func(dcd.GrantIntent)) (dcd.GrantIntent, error) {
 	var g dcd.GrantIntent
 	called := false
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		if called {
 			// The caller already acted on the first attempt's grant id;
 			// a re-run would insert another. Fail and let it undo.
@@ -32,8 +32,7 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 		}
 		if h.Quota > 0 {
 			var held int64
-			if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(c.size), 0) FROM grants g JOIN chunks c ON c.id = g.chunk
-				WHERE g.host = ? AND g.state IN `+activeStates, host).Scan(&held); err != nil {
+			if err := tx.QueryRowContext(ctx, qHostHeld, host).Scan(&held); err != nil {
 				return err
 			}
 			if used := u64(held); c.Size > h.Quota || used > h.Quota-c.Size {
@@ -41,7 +40,7 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 			}
 		}
 		now := l.now()
-		res, err := tx.ExecContext(ctx, `INSERT INTO grants (chunk, host, state, created, updated) VALUES (?, ?, ?, ?, ?)`,
+		res, err := tx.ExecContext(ctx, qInsertGrant,
 			chunk, host, dcd.GrantAdding, unixNano(now), unixNano(now))
 		if err != nil {
 			return err
@@ -72,7 +71,7 @@ var errRetryAfterChecked = errors.New("the database was busy after the device co
 // that no committed intent explains, as granted with exactly extents.
 func (l *Ledger) AdoptGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, extents []cci.Extent) (dcd.Grant, error) {
 	var g dcd.Grant
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		if _, _, _, err := admit(ctx, tx, chunk, host); err != nil {
 			return err
 		}
@@ -103,7 +102,7 @@ func (l *Ledger) AdoptGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 // exist, the host has no active grant of the chunk, and a non-sharable
 // chunk has no active grant to another host. It returns how many other
 // active grants the chunk has.
-func admit(ctx context.Context, tx *sql.Tx, chunk dcd.ChunkID, host dcd.HostID) (dcd.Chunk, dcd.Host, int, error) {
+func admit(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID) (dcd.Chunk, dcd.Host, int, error) {
 	c, err := getChunk(ctx, tx, chunk)
 	if err != nil {
 		return c, dcd.Host{}, 0, err
@@ -112,7 +111,7 @@ func admit(ctx context.Context, tx *sql.Tx, chunk dcd.ChunkID, host dcd.HostID) 
 	if err != nil {
 		return c, h, 0, err
 	}
-	rows, err := tx.QueryContext(ctx, `SELECT id, host, state FROM grants WHERE chunk = ? AND state IN `+activeStates+` ORDER BY id`, chunk)
+	rows, err := tx.QueryContext(ctx, qHolders, chunk)
 	if err != nil {
 		return c, h, 0, err
 	}
@@ -215,7 +214,7 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 	if m.derivable {
 		run = l.relaxedTx
 	}
-	err := run(ctx, func(tx *sql.Tx) error {
+	err := run(ctx, func(tx *Tx) error {
 		// The common case in one statement: the grant is in a source
 		// state, so update it and read it back together. Only when that
 		// matches nothing does the slow path find out why.
@@ -227,14 +226,13 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 			states = append(states, st)
 		}
 		args := append([]any{m.to, m.setReason, m.reason, unixNano(now), id}, states...)
-		err := tx.QueryRowContext(ctx, `UPDATE grants SET state = ?, reason = CASE WHEN ? THEN ? ELSE reason END, updated = ?
-			WHERE id = ? AND state IN (`+placeholders(len(states))+`) RETURNING chunk, host, reason, created`, args...).
+		err := tx.QueryRowContext(ctx, qMove(len(states)), args...).
 			Scan(&g.Chunk, &g.Host, &g.Reason, &created)
 		switch {
 		case err == nil:
 			g.Created = fromNano(created)
 			if m.setExtents {
-				if _, err := tx.ExecContext(ctx, `DELETE FROM extents WHERE grant_id = ?`, id); err != nil {
+				if _, err := tx.ExecContext(ctx, qDeleteExtents, id); err != nil {
 					return err
 				}
 				if err := insertExtents(ctx, tx, id, m.extents); err != nil {
@@ -272,9 +270,9 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 }
 
 // insertExtents records a grant's extents in their order.
-func insertExtents(ctx context.Context, tx *sql.Tx, id dcd.GrantID, extents []cci.Extent) error {
+func insertExtents(ctx context.Context, tx *Tx, id dcd.GrantID, extents []cci.Extent) error {
 	for i, e := range extents {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`,
+		if _, err := tx.ExecContext(ctx, qInsertExtent,
 			id, i, i64(e.DPA), i64(e.Length), e.Tag[:], e.SharedSeq); err != nil {
 			return fmt.Errorf("extent %d: %w", i, err)
 		}
@@ -316,8 +314,8 @@ func scanExtent(row interface{ Scan(...any) error }, dest ...any) (cci.Extent, e
 }
 
 // getGrant returns one grant with its extents, or dcd.ErrNotFound.
-func getGrant(ctx context.Context, tx *sql.Tx, id dcd.GrantID) (dcd.Grant, error) {
-	g, err := scanGrant(tx.QueryRowContext(ctx, `SELECT `+grantColumns+` FROM grants WHERE id = ?`, id))
+func getGrant(ctx context.Context, tx *Tx, id dcd.GrantID) (dcd.Grant, error) {
+	g, err := scanGrant(tx.QueryRowContext(ctx, qGrant, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = dcd.ErrNotFound
 	}
@@ -331,8 +329,8 @@ func getGrant(ctx context.Context, tx *sql.Tx, id dcd.GrantID) (dcd.Grant, error
 }
 
 // getExtents returns a grant's extents in their order.
-func getExtents(ctx context.Context, tx *sql.Tx, id dcd.GrantID) ([]cci.Extent, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`, id)
+func getExtents(ctx context.Context, tx *Tx, id dcd.GrantID) ([]cci.Extent, error) {
+	rows, err := tx.QueryContext(ctx, qExtents, id)
 	if err != nil {
 		return nil, fmt.Errorf("grant %d extents: %w", id, err)
 	}
@@ -359,7 +357,7 @@ func placeholders(n int) string {
 // Grant returns one grant with its extents, or dcd.ErrNotFound.
 func (l *Ledger) Grant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	var g dcd.Grant
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		var err error
 		g, err = getGrant(ctx, tx, id)
 		return err
@@ -388,7 +386,7 @@ func (l *Ledger) Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, er
 		cond = ` WHERE ` + strings.Join(where, ` AND `)
 	}
 	var grants []dcd.Grant
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+grantColumns+` FROM grants`+cond+` ORDER BY id`, args...)
 		if err != nil {
 			return err

@@ -18,7 +18,7 @@ import (
 // with dcd.ErrConflict, because mixing two devices' ledgers would hand out
 // capacity that does not exist.
 func (l *Ledger) SyncInventory(ctx context.Context, inv dcd.Inventory) error {
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		if err := syncSerial(ctx, tx, inv.Serial); err != nil {
 			return err
 		}
@@ -59,7 +59,7 @@ func (l *Ledger) SyncInventory(ctx context.Context, inv dcd.Inventory) error {
 
 // syncSerial stores serial, or checks it against the stored one. Zero means
 // "unknown" on either side and matches anything.
-func syncSerial(ctx context.Context, tx *sql.Tx, serial uint64) error {
+func syncSerial(ctx context.Context, tx *Tx, serial uint64) error {
 	var stored string
 	err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'serial'`).Scan(&stored)
 	switch {
@@ -99,7 +99,7 @@ func scanHost(row interface{ Scan(...any) error }) (dcd.Host, error) {
 // Hosts returns all known hosts by LD-ID.
 func (l *Ledger) Hosts(ctx context.Context) ([]dcd.Host, error) {
 	var hosts []dcd.Host
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+hostColumns+` FROM hosts ORDER BY id`)
 		if err != nil {
 			return err
@@ -123,7 +123,7 @@ func (l *Ledger) Hosts(ctx context.Context) ([]dcd.Host, error) {
 // Host returns one host, or dcd.ErrNotFound.
 func (l *Ledger) Host(ctx context.Context, id dcd.HostID) (dcd.Host, error) {
 	var h dcd.Host
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		var err error
 		h, err = getHost(ctx, tx, id)
 		return err
@@ -134,8 +134,8 @@ func (l *Ledger) Host(ctx context.Context, id dcd.HostID) (dcd.Host, error) {
 	return h, nil
 }
 
-func getHost(ctx context.Context, tx *sql.Tx, id dcd.HostID) (dcd.Host, error) {
-	h, err := scanHost(tx.QueryRowContext(ctx, `SELECT `+hostColumns+` FROM hosts WHERE id = ?`, id))
+func getHost(ctx context.Context, tx *Tx, id dcd.HostID) (dcd.Host, error) {
+	h, err := scanHost(tx.QueryRowContext(ctx, qHost, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		err = dcd.ErrNotFound
 	}
@@ -148,7 +148,7 @@ func getHost(ctx context.Context, tx *sql.Tx, id dcd.HostID) (dcd.Host, error) {
 // SetHostQuota sets a host's quota in bytes (0: no limit). It applies to
 // grants begun from now on; existing grants are kept.
 func (l *Ledger) SetHostQuota(ctx context.Context, id dcd.HostID, quota uint64) error {
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `UPDATE hosts SET quota = ? WHERE id = ?`, i64(quota), id)
 		if err != nil {
 			return err
@@ -181,7 +181,7 @@ func scanRegion(row interface{ Scan(...any) error }) (dcd.Region, error) {
 // Regions returns all known regions by index.
 func (l *Ledger) Regions(ctx context.Context) ([]dcd.Region, error) {
 	var regions []dcd.Region
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT `+regionColumns+` FROM regions ORDER BY idx`)
 		if err != nil {
 			return err

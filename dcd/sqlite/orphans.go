@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 
 	"cxlpool/dcd"
@@ -13,7 +12,7 @@ import (
 // explains. Recording the same host and tag again replaces the extents and
 // keeps the first Found time; a zero o.Found means now.
 func (l *Ledger) RecordOrphan(ctx context.Context, o dcd.Orphan) error {
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		if _, err := getHost(ctx, tx, o.Host); err != nil {
 			return err
 		}
@@ -47,7 +46,7 @@ func (l *Ledger) RecordOrphan(ctx context.Context, o dcd.Orphan) error {
 // ClearOrphan forgets an orphan once the device released it; an unknown
 // host and tag is dcd.ErrNotFound.
 func (l *Ledger) ClearOrphan(ctx context.Context, host dcd.HostID, tag cci.Tag) error {
-	err := l.tx(ctx, func(tx *sql.Tx) error {
+	err := l.tx(ctx, func(tx *Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM orphans WHERE host = ? AND tag = ?`, host, tag[:])
 		if err != nil {
 			return err
@@ -68,7 +67,7 @@ func (l *Ledger) ClearOrphan(ctx context.Context, host dcd.HostID, tag cci.Tag) 
 // Orphans returns the recorded orphans in the order they were first found.
 func (l *Ledger) Orphans(ctx context.Context) ([]dcd.Orphan, error) {
 	var orphans []dcd.Orphan
-	err := l.read(ctx, func(tx *sql.Tx) error {
+	err := l.read(ctx, func(tx *Tx) error {
 		rows, err := tx.QueryContext(ctx, `SELECT id, host, tag, found FROM orphans ORDER BY id`)
 		if err != nil {
 			return err

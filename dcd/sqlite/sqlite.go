@@ -47,6 +47,54 @@ type Ledger struct {
 	// durable: fsync the WAL after every commit except relaxed ones.
 	durable bool
 	walPath string
+	stmts   map[string]*sql.Stmt // prepared hot statements, by SQL text
+}
+
+// Tx is a ledger transaction. Its query methods use the ledger's prepared
+// statement when the SQL text is one of the hot ones (the pure-Go driver
+// parses SQL text on every call, a large share of a small transaction) and
+// plain queries otherwise, so callers write SQL as usual.
+type Tx struct {
+	*sql.Tx
+	stmts map[string]*sql.Stmt
+}
+
+// ExecContext runs a statement.
+func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if st, ok := t.stmts[query]; ok {
+		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return t.Tx.ExecContext(ctx, query, args...)
+}
+
+// QueryContext runs a query.
+func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st, ok := t.stmts[query]; ok {
+		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return t.Tx.QueryContext(ctx, query, args...)
+}
+
+// QueryRowContext runs a query that returns one row.
+func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st, ok := t.stmts[query]; ok {
+		return t.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	return t.Tx.QueryRowContext(ctx, query, args...)
+}
+
+// prepare readies the statements of the grant path, which runs on every
+// grant and release, at open, while no transaction holds the connection.
+func (l *Ledger) prepare(ctx context.Context) error {
+	l.stmts = make(map[string]*sql.Stmt)
+	for _, q := range hotStatements() {
+		st, err := l.db.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %q: %w", q, err)
+		}
+		l.stmts[q] = st
+	}
+	return nil
 }
 
 var _ dcd.Ledger = (*Ledger)(nil)
@@ -90,6 +138,9 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if err := migrate(ctx, db, migrations, l.log, l.clock); err != nil {
 		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
 	}
+	if err := l.prepare(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
+	}
 	return l, nil
 }
 
@@ -122,6 +173,9 @@ func dataSourceName(path, synchronous string) (dsn, level string, err error) {
 
 // Close closes the database.
 func (l *Ledger) Close() error {
+	for _, st := range l.stmts {
+		st.Close()
+	}
 	if err := l.db.Close(); err != nil {
 		return fmt.Errorf("ledger: close: %w", err)
 	}
@@ -133,9 +187,8 @@ func (l *Ledger) Close() error {
 // commit at the configured durability.
 func (l *Ledger) Ping(ctx context.Context) error {
 	now := l.now().Format(time.RFC3339Nano)
-	err := l.tx(ctx, func(tx *sql.Tx) error {
-		_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('heartbeat', ?)
-			ON CONFLICT (key) DO UPDATE SET value = excluded.value`, now)
+	err := l.tx(ctx, func(tx *Tx) error {
+		_, err := tx.ExecContext(ctx, qHeartbeat, now)
 		return err
 	})
 	if err != nil {
@@ -148,7 +201,7 @@ func (l *Ledger) Ping(ctx context.Context) error {
 // transaction that fails with SQLITE_BUSY (another process held the lock for
 // longer than the busy timeout) is retried a few times from the start, so fn
 // must not have effects outside tx.
-func (l *Ledger) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (l *Ledger) tx(ctx context.Context, fn func(*Tx) error) error {
 	if err := l.run(ctx, nil, fn); err != nil {
 		return err
 	}
@@ -183,7 +236,7 @@ func (l *Ledger) syncWAL() error {
 
 // read runs fn in one read transaction, so multi-query reads see one
 // snapshot.
-func (l *Ledger) read(ctx context.Context, fn func(*sql.Tx) error) error {
+func (l *Ledger) read(ctx context.Context, fn func(*Tx) error) error {
 	return l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
 }
 
@@ -194,13 +247,13 @@ func (l *Ledger) read(ctx context.Context, fn func(*sql.Tx) error) error {
 // commit or checkpoint persists the relaxed ones too, and a power cut can
 // only roll the ledger back to the intent, which reconcile completes the
 // same way. This halves the fsyncs of a grant.
-func (l *Ledger) relaxedTx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (l *Ledger) relaxedTx(ctx context.Context, fn func(*Tx) error) error {
 	return l.run(ctx, nil, fn)
 }
 
-func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
+func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) error {
 	for attempt := 1; ; attempt++ {
-		err := runOnce(ctx, l.db, opts, fn)
+		err := l.runOnce(ctx, opts, fn)
 		if err == nil || !isBusy(err) || attempt > busyRetries {
 			return err
 		}
@@ -215,11 +268,12 @@ func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*sql.Tx) 
 	}
 }
 
-func runOnce(ctx context.Context, db *sql.DB, opts *sql.TxOptions, fn func(*sql.Tx) error) error {
-	tx, err := db.BeginTx(ctx, opts)
+func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) error {
+	stx, err := l.db.BeginTx(ctx, opts)
 	if err != nil {
 		return err
 	}
+	tx := &Tx{Tx: stx, stmts: l.stmts}
 	if err := fn(tx); err != nil {
 		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			// ErrTxDone: the driver already ended it (cancelled context).

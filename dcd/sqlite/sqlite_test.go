@@ -512,7 +512,7 @@ func TestDurability(t *testing.T) {
 			if l.durable != tc.durable {
 				t.Errorf("durable = %v, want %v", l.durable, tc.durable)
 			}
-			if err := l.relaxedTx(ctx, func(tx *sql.Tx) error {
+			if err := l.relaxedTx(ctx, func(tx *Tx) error {
 				_, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('relaxed', 'yes')`)
 				return err
 			}); err != nil {
@@ -537,5 +537,15 @@ func TestDurability(t *testing.T) {
 				t.Errorf("relaxed commit after reopen: %q, %v; want yes", v, err)
 			}
 		})
+	}
+}
+
+func TestHotStatementsPrepared(t *testing.T) {
+	l, _ := openTemp(t, Options{})
+	defer l.Close()
+	for _, q := range hotStatements() {
+		if l.stmts[q] == nil {
+			t.Errorf("not prepared: %s", q)
+		}
 	}
 }
