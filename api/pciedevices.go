@@ -16,9 +16,20 @@ func (s *Server) pcieDeviceRoutes() {
 		return
 	}
 	s.Handle(http.MethodGet, PCIeDevicesURI, PrivLogin, func(c echo.Context) error {
+		members, byURI := []string{DCDURI}, map[string]Obj{}
+		for _, d := range s.localCXL() { // localcxl.go
+			o := localCXLDevice(d)
+			u := o["@odata.id"].(string)
+			members, byURI[u] = append(members, u), o
+		}
 		return s.WriteCollection(c, Collection{ODataID: PCIeDevicesURI, ODataType: "#PCIeDeviceCollection.PCIeDeviceCollection",
-			Name: "PCIe Devices", Members: []string{DCDURI},
-			Expand: func(string) (any, error) { return s.dcdDevice(), nil }})
+			Name: "PCIe Devices", Members: members,
+			Expand: func(uri string) (any, error) {
+				if o, ok := byURI[uri]; ok {
+					return o, nil
+				}
+				return s.dcdDevice(), nil
+			}})
 	})
 	s.Handle(http.MethodGet, DCDURI, PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.dcdDevice())

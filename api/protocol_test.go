@@ -269,8 +269,8 @@ func TestMetadataReferencesCSDL(t *testing.T) {
 func TestRegistries(t *testing.T) {
 	env := apitest.NewServer(t)
 	col := env.Admin.GetOK("/redfish/v1/Registries?$expand=.")
-	if n := col["Members@odata.count"]; n != float64(3) {
-		t.Errorf("registries: %v, want 3", n)
+	if n := col["Members@odata.count"]; n != float64(4) {
+		t.Errorf("registries: %v, want 4", n)
 	}
 	f := env.Admin.GetOK("/redfish/v1/Registries/Base.1.22.1")
 	uri := f["Location"].([]any)[0].(map[string]any)["Uri"].(string)

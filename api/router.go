@@ -198,10 +198,11 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 func (s *Server) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
-		if r.ContentLength > s.cfg.MaxBodyBytes {
+		limit := s.bodyLimit(c)
+		if r.ContentLength > limit {
 			return ErrPayloadTooLarge()
 		}
-		r.Body = http.MaxBytesReader(c.Response(), r.Body, s.cfg.MaxBodyBytes)
+		r.Body = http.MaxBytesReader(c.Response(), r.Body, limit)
 		return next(c)
 	}
 }

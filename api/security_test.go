@@ -175,6 +175,9 @@ func TestRoleMatrix(t *testing.T) {
 		{"GET", "/redfish/v1/UpdateService/FirmwareInventory", nil, want{unauth, ok, ok, ok, ok}},
 		{"GET", "/redfish/v1/UpdateService/FirmwareInventory/FM", nil, want{unauth, ok, ok, ok, ok}},
 		{"GET", "/redfish/v1/UpdateService/FirmwareInventory/Backup", nil, want{unauth, notFound, notFound, notFound, notFound}},
+		// No image (no Config.Update): no push URI (updatepush_test.go has
+		// the push's own role rows).
+		{"POST", "/redfish/v1/UpdateService/Upload", map[string]any{}, want{unauth, notFound, notFound, notFound, notFound}},
 		{"GET", "/redfish/v1/NoSuchThing", nil, want{unauth, notFound, notFound, notFound, notFound}},
 		// "/" is the web console's login page (webui): public; other
 		// paths outside /redfish stay 401 before 404.

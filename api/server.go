@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -44,6 +45,7 @@ import (
 
 	"cxlpool/dcd"
 	"cxlpool/fabric"
+	"cxlpool/fabric/linuxcxl"
 	"cxlpool/rdma"
 )
 
@@ -105,6 +107,18 @@ type Config struct {
 	// Telemetry is the CHMU pipeline behind the TelemetryService
 	// (telemetry.go). Nil: the service shows itself disabled.
 	Telemetry Telemetry
+	// Update is the box's A/B image slots (updatepush.go): with it the
+	// UpdateService takes multipart pushes and FirmwareInventory lists
+	// both slots. Nil (not running from the image): neither.
+	Update Updater
+	// Reboot syncs and reboots the box, for pushes that ask for
+	// OperationApplyTime Immediate. Nil: only OnReset is offered.
+	Reboot func(context.Context) error
+	// MaxImageBytes bounds a pushed image (512 MiB).
+	MaxImageBytes int64
+	// LocalCXL lists the CXL memory devices the Linux driver bound on
+	// the management computer (localcxl.go). Nil: none are shown.
+	LocalCXL func() ([]linuxcxl.MemDev, error)
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed
@@ -126,6 +140,9 @@ func (c *Config) defaults() {
 	}
 	if c.MaxBodyBytes <= 0 {
 		c.MaxBodyBytes = 1 << 20
+	}
+	if c.MaxImageBytes <= 0 {
+		c.MaxImageBytes = 512 << 20
 	}
 	if c.Lockout.Threshold == 0 {
 		c.Lockout.Threshold = 5
@@ -176,7 +193,8 @@ type Server struct {
 	tasks    *taskEngine
 	bus      *bus
 	metrics  *metrics
-	capacity *capacity // the pool resources' shared state (capacity.go)
+	capacity *capacity   // the pool resources' shared state (capacity.go)
+	updating atomic.Bool // a pushed image is being applied (updatepush.go)
 
 	uuid     string
 	credNote string
@@ -261,6 +279,7 @@ func (s *Server) routes() []func() {
 		s.capacitySetup,
 		s.chassisRoutes,
 		s.pcieDeviceRoutes,
+		s.localCXLRoutes,
 		s.logicalDeviceRoutes,
 		s.memoryRegionRoutes,
 		s.fabricAdapterRoutes,
@@ -275,6 +294,7 @@ func (s *Server) routes() []func() {
 		s.systemMemoryRoutes,
 		s.boardRoutes,
 		s.updateServiceRoutes,
+		s.updatePushRoutes,
 		s.consoleRoutes,
 		s.telemetryRoutes,
 	}

@@ -78,6 +78,7 @@ var odataTypes = []string{
 	"#UpdateService.v1_17_0.UpdateService",
 	"#SoftwareInventoryCollection.SoftwareInventoryCollection",
 	"#SoftwareInventory.v1_13_0.SoftwareInventory",
+	"#Settings.v1_4_0.OperationApplyTimeSupport",
 	"#TelemetryService.v1_4_1.TelemetryService",
 	"#MetricDefinitionCollection.MetricDefinitionCollection",
 	"#MetricDefinition.v1_3_5.MetricDefinition",

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -11,11 +12,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math/big"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 )
 
@@ -78,15 +81,24 @@ func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
 // CertPath is where the TLS certificate is (or will be) kept.
 func (s *Server) CertPath() string { return filepath.Join(s.cfg.DataDir, tlsDir, certFile) }
 
+// loadOrCreateCert loads the pair in DataDir/tls, generating it when it is
+// missing. A pair that does not load is regenerated (with a warning) only
+// when it is the self-signed one this service made: a power cut during the
+// first start of older versions left an empty cert.pem, and the box must
+// not stay down for that. An operator's own certificate that does not load
+// is an error the operator has to see.
 func (s *Server) loadOrCreateCert() (tls.Certificate, error) {
 	dir := filepath.Join(s.cfg.DataDir, tlsDir)
 	cp, kp := filepath.Join(dir, certFile), filepath.Join(dir, keyFile)
 	if _, err := os.Stat(cp); err == nil {
 		cert, err := tls.LoadX509KeyPair(cp, kp)
-		if err != nil {
-			return cert, fmt.Errorf("api: tls certificate in %s: %w", dir, err)
+		if err == nil {
+			return cert, nil
 		}
-		return cert, nil
+		if !generatedPair(cp, kp) {
+			return cert, fmt.Errorf("api: tls certificate in %s (not the generated one; fix the pair or remove both files to get a new self-signed one): %w", dir, err)
+		}
+		s.log.Warn("the generated TLS certificate does not load; generating a new one", "path", cp, "err", err)
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return tls.Certificate{}, fmt.Errorf("api: tls: %w", err)
@@ -95,14 +107,91 @@ func (s *Server) loadOrCreateCert() (tls.Certificate, error) {
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("api: tls: %w", err)
 	}
-	if err := os.WriteFile(kp, keyPEM, 0o600); err != nil {
+	// The key first: a cut between the two renames leaves a new key with
+	// the old (or no) certificate, which the next start regenerates.
+	if err := writeFileAtomic(kp, keyPEM, 0o600); err != nil {
 		return tls.Certificate{}, fmt.Errorf("api: tls: %w", err)
 	}
-	if err := os.WriteFile(cp, certPEM, 0o644); err != nil {
+	if err := writeFileAtomic(cp, certPEM, 0o644); err != nil {
 		return tls.Certificate{}, fmt.Errorf("api: tls: %w", err)
 	}
 	s.log.Info("generated a self-signed TLS certificate", "path", cp)
 	return tls.X509KeyPair(certPEM, keyPEM)
+}
+
+// generatedOrg and generatedUnit mark the certificates selfSigned makes;
+// older versions set only the organisation.
+const (
+	generatedOrg  = "cxlpool"
+	generatedUnit = "self-signed by cxlpoold"
+)
+
+// generatedPair reports whether the pair at cp, kp is (what is left of)
+// one selfSigned made: a certificate issued by itself to the cxlpool
+// organisation, or an empty certificate file beside an empty, missing or
+// EC key file — the state the old non-atomic writer left after a cut.
+func generatedPair(cp, kp string) bool {
+	certPEM, err := os.ReadFile(cp)
+	if err != nil {
+		return false
+	}
+	if len(bytes.TrimSpace(certPEM)) == 0 {
+		keyPEM, err := os.ReadFile(kp)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(bytes.TrimSpace(keyPEM)) == 0) {
+			return true
+		}
+		b, _ := pem.Decode(keyPEM)
+		return b != nil && b.Type == "EC PRIVATE KEY"
+	}
+	b, _ := pem.Decode(certPEM)
+	if b == nil || b.Type != "CERTIFICATE" {
+		return false
+	}
+	c, err := x509.ParseCertificate(b.Bytes)
+	if err != nil {
+		return false
+	}
+	return bytes.Equal(c.RawIssuer, c.RawSubject) && slices.Equal(c.Subject.Organization, []string{generatedOrg}) &&
+		c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
+}
+
+// writeFileAtomic replaces path with data so that a power cut leaves
+// either the old file or the new one, never a torn one: a synced temporary
+// file in the same directory, renamed over path, then the directory
+// synced so the rename itself is durable.
+func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err = f.Chmod(perm); err != nil {
+		return err
+	}
+	if _, err = f.Write(data); err != nil {
+		return err
+	}
+	if err = f.Sync(); err != nil {
+		return err
+	}
+	if err = f.Close(); err != nil {
+		return err
+	}
+	if err = os.Rename(f.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // selfSigned makes a P-256 certificate for localhost and the host name,
@@ -122,7 +211,7 @@ func selfSigned(now time.Time) (certPEM, keyPEM []byte, err error) {
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: names[len(names)-1], Organization: []string{"cxlpool"}},
+		Subject:               pkix.Name{CommonName: names[len(names)-1], Organization: []string{generatedOrg}, OrganizationalUnit: []string{generatedUnit}},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.AddDate(10, 0, 0),
 		KeyUsage:              x509.KeyUsageDigitalSignature,

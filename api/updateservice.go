@@ -2,21 +2,24 @@ package api
 
 import (
 	"net/http"
+	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/image/update"
 )
 
 // UpdateService: the resource and the firmware that is running (the
-// appliance's own and the device's). The upload flow, its
-// MultipartHttpPushUri and the image slots come with the image work; until
-// then nothing is advertised that would not work.
+// appliance's own and the device's). On the image (Config.Update set) it
+// also advertises the multipart push (updatepush.go) and lists both A/B
+// image slots; elsewhere nothing is advertised that would not work.
 
 func (s *Server) updateServiceRoutes() {
 	if s.capacity == nil {
 		return
 	}
 	s.Handle(http.MethodGet, UpdateServiceURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, Obj{
+		o := Obj{
 			"@odata.id":         UpdateServiceURI,
 			"@odata.type":       "#UpdateService.v1_17_0.UpdateService",
 			"Id":                "UpdateService",
@@ -24,7 +27,16 @@ func (s *Server) updateServiceRoutes() {
 			"ServiceEnabled":    true,
 			"Status":            status("Enabled"),
 			"FirmwareInventory": Link(FirmwareInventoryURI),
-		})
+		}
+		if s.cfg.Update != nil {
+			o["MultipartHttpPushUri"] = UpdateUploadURI
+			o["MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"] = Obj{
+				"@odata.type":     "#Settings.v1_4_0.OperationApplyTimeSupport",
+				"SupportedValues": s.applyTimes(),
+			}
+			o["MaxImageSizeBytes"] = s.cfg.MaxImageBytes
+		}
+		return s.WriteResource(c, http.StatusOK, o)
 	})
 	s.Handle(http.MethodGet, FirmwareInventoryURI, PrivLogin, func(c echo.Context) error {
 		inv := s.firmwareInventory()
@@ -51,8 +63,13 @@ func (s *Server) updateServiceRoutes() {
 }
 
 // firmwareInventory is the running firmware: the Fabric Manager (this
-// service's build) and the device's firmware revision.
+// service's build) and the device's firmware revision, then the image
+// slots when the box runs from the image.
 func (s *Server) firmwareInventory() []Obj {
+	return append(s.runningFirmware(), s.slotInventory()...)
+}
+
+func (s *Server) runningFirmware() []Obj {
 	return []Obj{{
 		"@odata.id":   FirmwareInventoryURI + "/FM",
 		"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
@@ -74,4 +91,74 @@ func (s *Server) firmwareInventory() []Obj {
 		"Status":      status("Enabled"),
 		"RelatedItem": Links(DCDURI),
 	}}
+}
+
+// imageSlotID is a slot's SoftwareInventory Id ("a" → "Image-A").
+func imageSlotID(slot string) string { return "Image-" + strings.ToUpper(slot) }
+
+// inactiveSlot is the slot a push writes: the one the box is not running.
+func inactiveSlot(slots []update.SlotStatus) string {
+	for _, st := range slots {
+		if st.Running {
+			return update.Other(st.Slot)
+		}
+	}
+	return update.SlotB
+}
+
+// slotInventory lists the A/B image slots. A slot table that cannot be
+// read is logged and left out rather than failing the whole inventory.
+func (s *Server) slotInventory() []Obj {
+	if s.cfg.Update == nil {
+		return nil
+	}
+	slots, err := s.cfg.Update.Slots()
+	if err != nil {
+		s.log.Warn("reading the image slots", "err", err)
+		return nil
+	}
+	out := make([]Obj, 0, len(slots))
+	for _, st := range slots {
+		id := imageSlotID(st.Slot)
+		// A verified slot the box does not run is the spare it falls
+		// back to (or tries next).
+		state, health := "StandbySpare", "OK"
+		switch {
+		case st.Running:
+			state = "Enabled"
+		case st.State == update.StateEmpty:
+			state = "Absent"
+		case st.State == update.StateWriting:
+			state = "Updating"
+		case st.State == update.StateBad:
+			state, health = "UnavailableOffline", "Critical"
+		}
+		oem := Obj{"State": st.State, "Trial": st.Trial, "Active": st.Active, "Running": st.Running,
+			"SecurityVersion": st.SecurityVersion}
+		if st.Error != "" {
+			oem["Error"] = st.Error
+		}
+		o := Obj{
+			"@odata.id":   FirmwareInventoryURI + "/" + id,
+			"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
+			"Id":          id,
+			"Name":        "Box Image Slot " + strings.ToUpper(st.Slot),
+			"Description": "One of the two A/B slots the box boots its signed image from",
+			// The running slot cannot be written; the other takes the
+			// next push.
+			"Updateable":  !st.Running,
+			"Active":      st.Running,
+			"Status":      Obj{"State": state, "Health": health},
+			"RelatedItem": Links(managerURI),
+			"Oem":         Obj{"CxlPool": oem},
+		}
+		if st.Version != "" {
+			o["Version"] = st.Version
+		}
+		if st.Size > 0 {
+			o["SizeBytes"] = st.Size
+		}
+		out = append(out, o)
+	}
+	return out
 }

@@ -85,13 +85,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if app.Telemetry != nil {
 		tel = app.Telemetry
 	}
-	srv, err := api.New(api.Config{
+	acfg := api.Config{
 		Manager: app.Manager, Device: app.Device, DataDir: *data, Logger: log.With("component", "api"),
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
 		Exports: app.Exports, ExportAddr: app.ExportAddr,
 		Telemetry: tel,
 		Board:     app.Board,
-	})
+		LocalCXL:  localCXL(), // image.go
+	}
+	if upd := imageUpdater(log); upd != nil {
+		acfg.Update, acfg.Reboot = upd, reboot
+	}
+	srv, err := api.New(acfg)
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,89 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"cxlpool/fabric/linuxcxl"
+)
+
+// Local CXL memory devices: the Type 3 devices the Linux CXL driver bound
+// on the management computer itself (a QEMU cxl-type3 device in the VM
+// test, the board's expanders on hardware), shown beside the pooled DCD as
+// PCIeDevices/Local-<serial>. They are read fresh on every request: the
+// driver's view changes with hot-plug and the reads are cheap.
+
+const localCXLPrefix = "Local-"
+
+// localCXLID is a memdev's PCIeDevice Id; serials are stable where memN
+// names follow probe order.
+func localCXLID(d linuxcxl.MemDev) string { return localCXLPrefix + serialString(d.Serial) }
+
+// localCXL lists the devices, logging (not failing on) a read error so
+// that the collection still shows the DCD.
+func (s *Server) localCXL() []linuxcxl.MemDev {
+	if s.cfg.LocalCXL == nil {
+		return nil
+	}
+	devs, err := s.cfg.LocalCXL()
+	if err != nil {
+		s.log.Warn("listing local CXL memory devices", "err", err)
+		return nil
+	}
+	return devs
+}
+
+func (s *Server) localCXLRoutes() {
+	if s.capacity == nil || s.cfg.LocalCXL == nil {
+		return
+	}
+	s.Handle(http.MethodGet, PCIeDevicesURI+"/:id", PrivLogin, func(c echo.Context) error {
+		id := c.Param("id")
+		if strings.HasPrefix(id, localCXLPrefix) {
+			devs, err := s.cfg.LocalCXL()
+			if err != nil {
+				return ErrInternal(err)
+			}
+			for _, d := range devs {
+				if localCXLID(d) == id {
+					return s.WriteResource(c, http.StatusOK, localCXLDevice(d))
+				}
+			}
+		}
+		return ErrResourceNotFound("PCIeDevice", id)
+	})
+}
+
+func localCXLDevice(d linuxcxl.MemDev) Obj {
+	id := localCXLID(d)
+	health := "OK"
+	if d.IdentifyError != "" {
+		// The driver bound it but its mailbox does not answer.
+		health = "Warning"
+	}
+	oem := Obj{"Name": d.Name, "RAMBytes": d.RAMSize, "PMEMBytes": d.PMEMSize, "NUMANode": d.NUMANode}
+	if d.Host != "" {
+		oem["Host"] = d.Host
+	}
+	if d.IdentifyError != "" {
+		oem["IdentifyError"] = d.IdentifyError
+	}
+	o := Obj{
+		"@odata.id":    PCIeDevicesURI + "/" + id,
+		"@odata.type":  "#PCIeDevice.v1_21_0.PCIeDevice",
+		"Id":           id,
+		"Name":         "Local CXL Memory Device " + d.Name,
+		"Description":  "A CXL Type 3 memory device on the management computer, found through the Linux CXL driver",
+		"DeviceType":   "SingleFunction",
+		"SerialNumber": serialString(d.Serial),
+		"Status":       Obj{"State": "Enabled", "Health": health},
+		"CXLDevice":    Obj{"DeviceType": "Type3"},
+		"Oem":          Obj{"CxlPool": oem},
+	}
+	if d.FirmwareVersion != "" {
+		o["FirmwareVersion"] = d.FirmwareVersion
+	}
+	return o
+}
