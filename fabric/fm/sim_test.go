@@ -338,7 +338,7 @@ func TestFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, nil, Config{Timeout: faultTimeout})
+			r := newRig(t, nil, Config{Timeout: faultTimeout, PollInterval: time.Hour}) // faults hit the commands under test, not a health poll
 			r.discover(t)
 			tc.inject(r.box.Faults())
 			err := tc.run(context.Background(), r.c)
@@ -350,7 +350,9 @@ func TestFaults(t *testing.T) {
 }
 
 func TestLostAddResponseStillReportsOutcome(t *testing.T) {
-	r := newRig(t, nil, Config{Timeout: faultTimeout})
+	// No health poll: the one dropped response must be the Add's, not
+	// that of a poll that happens to run at the same moment.
+	r := newRig(t, nil, Config{Timeout: faultTimeout, PollInterval: time.Hour})
 	r.discover(t)
 	r.box.Faults().DropResponses(1)
 	tag := cci.NewTag()
