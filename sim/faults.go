@@ -4,6 +4,8 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"cxlpool/fabric/cci"
 )
 
 // Faults injects failures into the box. Every method is safe to call while
@@ -16,6 +18,7 @@ type Faults struct {
 	busy    int
 	retry   int
 	drop    int
+	dropOp  map[cci.Opcode]int
 	corrupt int
 	delay   time.Duration
 }
@@ -42,6 +45,34 @@ func (f *Faults) CorruptFrames(n int) { f.mu.Lock(); f.corrupt = max(n, 0); f.mu
 // Reset performs a device reset (see the package comment for what
 // survives).
 func (f *Faults) Reset() { f.box.reset() }
+
+// DropResponsesTo is DropResponses for one opcode: the next n requests
+// with that opcode execute but lose their responses, whatever else the
+// link carries meanwhile (event pumps, health polls).
+func (f *Faults) DropResponsesTo(op cci.Opcode, n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dropOp == nil {
+		f.dropOp = make(map[cci.Opcode]int)
+	}
+	f.dropOp[op] = max(n, 0)
+}
+
+// dropResponse reports whether the response to a request with opcode op
+// is to be lost, using up one count.
+func (f *Faults) dropResponse(op cci.Opcode) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.dropOp[op] > 0 {
+		f.dropOp[op]--
+		return true
+	}
+	if f.drop > 0 {
+		f.drop--
+		return true
+	}
+	return false
+}
 
 // take decrements *c if positive and reports whether it was.
 func (f *Faults) take(c *int) bool {

@@ -355,3 +355,20 @@ func TestConfigValidation(t *testing.T) {
 		}
 	}
 }
+
+func TestDropResponsesTo(t *testing.T) {
+	f := &Faults{}
+	f.DropResponsesTo(cci.OpInitiateDCAdd, 1)
+	for _, tc := range []struct {
+		op   cci.Opcode
+		want bool
+	}{
+		{cci.OpGetEventRecords, false}, // other traffic keeps its responses
+		{cci.OpInitiateDCAdd, true},
+		{cci.OpInitiateDCAdd, false}, // only n of them
+	} {
+		if got := f.dropResponse(tc.op); got != tc.want {
+			t.Errorf("dropResponse(%v) = %v, want %v", tc.op, got, tc.want)
+		}
+	}
+}

@@ -122,7 +122,7 @@ func (b *Box) handle(ctx context.Context, c *conn, src mctp.EID, typ mctp.MsgTyp
 	}
 	b.log.Debug("cci", "src", src, "op", m.Opcode, "tag", m.Tag, "rc", rc)
 	resp := response(m, rc, out)
-	if b.faults.take(&b.faults.drop) {
+	if b.faults.dropResponse(m.Opcode) {
 		return nil, false
 	}
 	if d := b.faults.responseDelay(); d > 0 {

@@ -324,7 +324,7 @@ func TestFaults(t *testing.T) {
 			func(ctx context.Context, c *Client) error { _, err := c.Extents(ctx, 0); return err },
 			nil},
 		{"lost add response is a timeout",
-			func(f *sim.Faults) { f.DropResponses(1) },
+			func(f *sim.Faults) { f.DropResponsesTo(cci.OpInitiateDCAdd, 1) },
 			func(ctx context.Context, c *Client) error {
 				return c.Add(ctx, fabric.AddRequest{Host: 3, Policy: fabric.AddFree, Region: 0, Length: 256 << 20, Tag: cci.NewTag()})
 			},
@@ -338,7 +338,7 @@ func TestFaults(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := newRig(t, nil, Config{Timeout: faultTimeout, PollInterval: time.Hour}) // faults hit the commands under test, not a health poll
+			r := newRig(t, nil, Config{Timeout: faultTimeout})
 			r.discover(t)
 			tc.inject(r.box.Faults())
 			err := tc.run(context.Background(), r.c)
@@ -350,11 +350,9 @@ func TestFaults(t *testing.T) {
 }
 
 func TestLostAddResponseStillReportsOutcome(t *testing.T) {
-	// No health poll: the one dropped response must be the Add's, not
-	// that of a poll that happens to run at the same moment.
-	r := newRig(t, nil, Config{Timeout: faultTimeout, PollInterval: time.Hour})
+	r := newRig(t, nil, Config{Timeout: faultTimeout})
 	r.discover(t)
-	r.box.Faults().DropResponses(1)
+	r.box.Faults().DropResponsesTo(cci.OpInitiateDCAdd, 1)
 	tag := cci.NewTag()
 	err := r.c.Add(context.Background(), fabric.AddRequest{Host: 3, Policy: fabric.AddFree, Region: 0, Length: 256 << 20, Tag: tag})
 	if !errors.Is(err, fabric.ErrTimeout) {
