@@ -252,7 +252,13 @@ func subscriptionURI(id int64) string { return subscriptionsURI + "/" + strconv.
 
 func (s *Server) eventRoutes() {
 	s.Handle(http.MethodGet, eventServiceURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, s.eventService())
+		es := s.eventService()
+		if PrincipalOf(c).IsHost() {
+			// Push subscriptions are for appliance operators; a host
+			// account follows its own events over SSE.
+			delete(es, "Subscriptions")
+		}
+		return s.WriteResource(c, http.StatusOK, es)
 	})
 	s.Handle(http.MethodGet, sseURI, PrivLogin, s.serveSSE)
 	s.Handle(http.MethodGet, subscriptionsURI, PrivApplianceView, func(c echo.Context) error {
