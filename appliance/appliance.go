@@ -13,10 +13,12 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"cxlpool/bmc/usblink"
 	"cxlpool/dcd"
 	"cxlpool/dcd/sqlite"
 	"cxlpool/fabric"
@@ -110,10 +112,12 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("appliance: a data directory is required")
 	}
-	a = &Appliance{cfg: cfg}
+	app := &Appliance{cfg: cfg}
+	a = app
 	defer func() {
+		// The error returns set a to nil: close through app.
 		if err != nil {
-			a.Close()
+			app.Close()
 		}
 	}()
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
@@ -148,7 +152,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 		}
 	} else {
 		// A real link can drop and come back: keep redialing it.
-		dial := func(ctx context.Context) (io.ReadWriteCloser, error) { return serial.Dial(ctx, cfg.Device) }
+		dial := func(ctx context.Context) (io.ReadWriteCloser, error) { return dialDevice(ctx, cfg.Device, cfg.Logger) }
 		if dev, err = openRedial(ctx, dial, fcfg, cfg.Logger.With("component", "link")); err != nil {
 			return nil, fmt.Errorf("appliance: device %s: %w", cfg.Device, err)
 		}
@@ -170,6 +174,21 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	}
 	a.Manager = mgr
 	return a, nil
+}
+
+// dialDevice opens the byte stream to a real device: a socket, a tty or a
+// virtio port (fabric/serial), or an FTDI-compatible USB serial bridge
+// (usb:VID:PID…, bmc/usblink; needs a cgo build).
+func dialDevice(ctx context.Context, addr string, log *slog.Logger) (io.ReadWriteCloser, error) {
+	if strings.HasPrefix(addr, "usb:") {
+		ucfg, err := usblink.ParseAddr(addr)
+		if err != nil {
+			return nil, err
+		}
+		ucfg.Logger = log.With("component", "usb")
+		return usblink.Open(ucfg)
+	}
+	return serial.Dial(ctx, addr)
 }
 
 // startSim starts the in-process virtual box and returns the byte stream
