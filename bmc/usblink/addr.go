@@ -10,7 +10,7 @@ import (
 
 // ErrNoUSB is returned by Open in builds without cgo (CGO_ENABLED=0),
 // which leave libusb out.
-var ErrNoUSB = errors.New("usblink: this build has no USB support (it was built with CGO_ENABLED=0; USB links need a cgo build with libusb)")
+var ErrNoUSB = errors.New("usblink: this build has no USB support: it was built with CGO_ENABLED=0, and USB links need a cgo build with libusb")
 
 // ParseAddr reads a device address of the form
 //
