@@ -22,7 +22,7 @@ func ParseAddr(addr string) (Config, error) {
 	var cfg Config
 	rest, ok := strings.CutPrefix(addr, "usb:")
 	if !ok {
-		return cfg, fmt.Errorf("usblink: address %q does not start with usb:", addr)
+		return cfg, fmt.Errorf("usblink: address %q: want the usb: scheme", addr)
 	}
 	ids, query, _ := strings.Cut(rest, "?")
 	if ids != "" {
