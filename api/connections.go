@@ -133,16 +133,25 @@ func errMissingAtURI(uri, prop string) *Error {
 	return NewError(http.StatusNotFound, M("Base.ResourceMissingAtURI", uri).WithRelated(prop))
 }
 
+// exactlyOne refuses an array property that must hold one element (a
+// Connection, local or exported, names one chunk).
+func exactlyOne(prop string, n int) error {
+	switch {
+	case n == 0:
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop))
+	case n > 1:
+		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", prop, 1).WithRelated(prop))
+	}
+	return nil
+}
+
 func (s *Server) postConnection(c echo.Context) error {
 	var req connectionCreate
 	if err := s.Decode(c, &req); err != nil {
 		return err
 	}
-	switch n := len(req.MemoryChunkInfo); {
-	case n == 0:
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
-	case n > 1:
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
+	if err := exactlyOne("MemoryChunkInfo", len(req.MemoryChunkInfo)); err != nil {
+		return err
 	}
 	info := req.MemoryChunkInfo[0]
 	// CXL memory is read-write: a host either maps the capacity or not.

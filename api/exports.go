@@ -372,11 +372,8 @@ func (s *Server) postExport(c echo.Context) error {
 	if err := s.Decode(c, &req); err != nil {
 		return err
 	}
-	switch n := len(req.MemoryChunkInfo); {
-	case n == 0:
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
-	case n > 1:
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "MemoryChunkInfo", 1).WithRelated("MemoryChunkInfo"))
+	if err := exactlyOne("MemoryChunkInfo", len(req.MemoryChunkInfo)); err != nil {
+		return err
 	}
 	info := req.MemoryChunkInfo[0]
 	perms, err := exportPerms(info.AccessCapabilities)
