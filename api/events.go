@@ -2,7 +2,9 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -69,13 +71,25 @@ type bus struct {
 	s *Server
 
 	mu      sync.Mutex
-	next    int64
+	first   int64   // ids of this run are above first
+	next    int64   // the last id given out
+	recent  []Event // the last replayLen events, oldest first, for Last-Event-ID
 	streams map[chan Event]struct{}
 	pushers map[int64]*pusher
 }
 
+// replayLen is how many recent events a reconnecting SSE client can get
+// back through Last-Event-ID: enough for a console that lost its
+// connection for a minute during a grant storm.
+const replayLen = 1024
+
+// newBus numbers events from the start time in microseconds, not from 1,
+// so ids keep increasing across daemon restarts (unless the clock goes
+// back) and a client's Last-Event-ID from before a restart is not mistaken
+// for one of this run's events.
 func newBus(s *Server) *bus {
-	return &bus{s: s, streams: map[chan Event]struct{}{}, pushers: map[int64]*pusher{}}
+	start := s.now().UnixMicro()
+	return &bus{s: s, first: start, next: start, streams: map[chan Event]struct{}{}, pushers: map[int64]*pusher{}}
 }
 
 // Publish records ev in the EventLog and delivers it to SSE streams and
@@ -92,6 +106,16 @@ func (s *Server) Publish(ev Event) {
 	s.appendEvent(ev)
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	// Publishers race between numbering and this point: keep recent in id
+	// order so a replay never skips an event that was merely late.
+	i := len(b.recent)
+	for i > 0 && b.recent[i-1].ID > ev.ID {
+		i--
+	}
+	b.recent = slices.Insert(b.recent, i, ev)
+	if len(b.recent) > replayLen {
+		b.recent = slices.Delete(b.recent, 0, len(b.recent)-replayLen)
+	}
 	for ch := range b.streams {
 		select {
 		case ch <- ev:
@@ -103,12 +127,25 @@ func (s *Server) Publish(ev Event) {
 	}
 }
 
-func (b *bus) subscribe() (chan Event, func()) {
-	ch := make(chan Event, 64)
+// subscribe opens a stream. With after >= 0 it also returns the recent
+// events with ids above after, taken under the same lock as the stream's
+// registration so that nothing falls between the replay and the stream;
+// gap reports that events after `after` were already dropped from the
+// replay buffer.
+func (b *bus) subscribe(after int64) (ch chan Event, replay []Event, gap bool, cancel func()) {
+	ch = make(chan Event, 64)
 	b.mu.Lock()
 	b.streams[ch] = struct{}{}
+	if after >= 0 {
+		if after < b.first || after > b.next {
+			after = b.first // an id of an earlier run: all of this run is new
+		}
+		i, _ := slices.BinarySearchFunc(b.recent, after+1, func(e Event, id int64) int { return cmp.Compare(e.ID, id) })
+		replay = slices.Clone(b.recent[i:])
+		gap = i == 0 && len(b.recent) > 0 && b.recent[0].ID > after+1
+	}
 	b.mu.Unlock()
-	return ch, func() {
+	return ch, replay, gap, func() {
 		b.mu.Lock()
 		delete(b.streams, ch)
 		b.mu.Unlock()
@@ -387,9 +424,22 @@ func (s *Server) createSubscription(c echo.Context) error {
 // serveSSE streams events as text/event-stream until the client leaves or
 // the service stops. Each message is one Event resource; its SSE id is the
 // event id.
+//
+// A client that reconnects with Last-Event-ID gets the events it missed
+// first, as far as the last replayLen events reach; if some were already
+// dropped the stream says so in a comment line. An id from before a
+// restart (larger than any of this run's) replays everything kept.
 func (s *Server) serveSSE(c echo.Context) error {
 	p := PrincipalOf(c)
-	ch, cancel := s.bus.subscribe()
+	after := int64(-1)
+	if v := c.Request().Header.Get("Last-Event-ID"); v != "" {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return NewError(http.StatusBadRequest, M("Base.HeaderInvalid", "Last-Event-ID: "+v))
+		}
+		after = n
+	}
+	ch, replay, gap, cancel := s.bus.subscribe(after)
 	defer cancel()
 	res := c.Response()
 	res.Header().Set("Content-Type", "text/event-stream")
@@ -398,6 +448,16 @@ func (s *Server) serveSSE(c echo.Context) error {
 	// A comment line first, so clients see the stream is open.
 	if _, err := fmt.Fprint(res, ": cxlpool event stream\n\n"); err != nil {
 		return nil
+	}
+	if gap {
+		if _, err := fmt.Fprint(res, ": some events after Last-Event-ID are no longer kept\n\n"); err != nil {
+			return nil
+		}
+	}
+	for _, ev := range replay {
+		if err := s.writeSSE(res, p, ev); err != nil {
+			return nil
+		}
 	}
 	res.Flush()
 	keepalive := time.NewTicker(30 * time.Second)
@@ -414,20 +474,29 @@ func (s *Server) serveSSE(c echo.Context) error {
 			}
 			res.Flush()
 		case ev := <-ch:
-			if !visible(p, ev) {
-				continue
+			if len(replay) > 0 && ev.ID <= replay[len(replay)-1].ID {
+				continue // already sent in the replay
 			}
-			id := strconv.FormatInt(ev.ID, 10)
-			b, err := encodeJSON(s.eventBody(id, "", ev))
-			if err != nil {
-				return nil
-			}
-			if _, err := fmt.Fprintf(res, "id: %s\ndata: %s\n\n", id, b); err != nil {
+			if err := s.writeSSE(res, p, ev); err != nil {
 				return nil
 			}
 			res.Flush()
 		}
 	}
+}
+
+// writeSSE writes ev as one SSE message if p may see it.
+func (s *Server) writeSSE(w io.Writer, p *Principal, ev Event) error {
+	if !visible(p, ev) {
+		return nil
+	}
+	id := strconv.FormatInt(ev.ID, 10)
+	b, err := encodeJSON(s.eventBody(id, "", ev))
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "id: %s\ndata: %s\n\n", id, b)
+	return err
 }
 
 // --- push delivery ---

@@ -114,6 +114,13 @@ type EventStream struct {
 // (ServerSentEventUri). It lasts until ctx ends or Close; per-request
 // timeouts do not apply to it.
 func (c *Client) Events(ctx context.Context) (*EventStream, error) {
+	return c.EventsAfter(ctx, "")
+}
+
+// EventsAfter opens the event stream as Events does and, when lastID is
+// not empty, sends it as Last-Event-ID: the service first replays the
+// events after that one that it still keeps.
+func (c *Client) EventsAfter(ctx context.Context, lastID string) (*EventStream, error) {
 	var es struct {
 		ServerSentEventURI string `json:"ServerSentEventUri"`
 	}
@@ -130,6 +137,9 @@ func (c *Client) Events(ctx context.Context) (*EventStream, error) {
 		return nil, err
 	}
 	req.Header.Set("Accept", "text/event-stream")
+	if lastID != "" {
+		req.Header.Set("Last-Event-ID", lastID)
+	}
 	resp, err := c.http.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("client: GET %s: %w", uri, err)

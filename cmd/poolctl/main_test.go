@@ -426,6 +426,7 @@ func TestWatch(t *testing.T) {
 	c := newCLI(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	var jsonID string // the event id the --json watch printed
 	for _, asJSON := range []bool{false, true} {
 		var extra []string
 		if asJSON {
@@ -457,6 +458,7 @@ func TestWatch(t *testing.T) {
 			if ev.Origin != uri || !strings.HasSuffix(ev.MessageID, ".ResourceCreated") || ev.Severity != "OK" || ev.EventID == "" {
 				t.Errorf("watch --json: got %+v, want ResourceCreated for %s", ev, uri)
 			}
+			jsonID = ev.EventID
 			continue
 		}
 		if got := c.normalise(line); got != "<time>  OK       ResourceEvent.ResourceCreated       "+uri+"  The resource was created successfully." {
@@ -474,6 +476,24 @@ func TestWatch(t *testing.T) {
 	}
 	if err := stop(); err != nil || n != 1 {
 		t.Errorf("watch --count 1: got %d lines and %v, want 1 line and no error", n, err)
+	}
+
+	// --after replays what came after an event seen earlier: the next
+	// event after the --json watch's is the "counted" account's creation.
+	lines, stop = c.watch(ctx, "admin", "--json", "--count", "1", "--after", jsonID)
+	var replayed []eventOut
+	for l := range lines {
+		var ev eventOut
+		if err := json.Unmarshal([]byte(l), &ev); err != nil {
+			t.Fatalf("watch --after line %q: %v", l, err)
+		}
+		replayed = append(replayed, ev)
+	}
+	if err := stop(); err != nil || len(replayed) != 1 {
+		t.Fatalf("watch --after %s: got %+v and %v, want the counted account's creation", jsonID, replayed, err)
+	}
+	if got := c.env.Admin.GetOK(replayed[0].Origin)["UserName"]; got != "counted" {
+		t.Errorf("watch --after %s: replayed the creation of %v, want counted", jsonID, got)
 	}
 }
 

@@ -23,8 +23,9 @@ type eventOut struct {
 }
 
 func cmdWatch(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("watch", "[--count N]")
+	fs := a.flags("watch", "[--count N] [--after EVENT_ID]")
 	count := fs.Int("count", 0, "stop after `N` events (0: until interrupted)")
+	after := fs.String("after", "", "first replay the kept events after `EVENT_ID` (an event_id printed by an earlier watch)")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -37,7 +38,7 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	stream, err := c.Events(ctx)
+	stream, err := c.EventsAfter(ctx, *after)
 	if err != nil {
 		return explain(err)
 	}

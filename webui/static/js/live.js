@@ -8,6 +8,9 @@ const listeners = new Set();
 const stateListeners = new Set();
 let stopFn = null;
 let state = 'closed';
+// lastId is the id of the last message read: a reconnect sends it as
+// Last-Event-ID and the box replays what was missed in between.
+let lastId = null;
 
 function setState(s) {
   state = s;
@@ -28,6 +31,8 @@ export function subscribe(fn) {
 }
 
 function dispatch(block) {
+  const idLine = block.split('\n').find((l) => l.startsWith('id:'));
+  if (idLine) lastId = idLine.slice(3).trim();
   const data = block
     .split('\n')
     .filter((l) => l.startsWith('data:'))
@@ -42,6 +47,7 @@ function dispatch(block) {
 // start opens the stream (reconnecting with backoff) until stop.
 export function start(uri, onUnauthorized) {
   stop();
+  lastId = null;
   let stopped = false;
   let ctrl = null;
   (async () => {
@@ -50,8 +56,10 @@ export function start(uri, onUnauthorized) {
       ctrl = new AbortController();
       try {
         setState('connecting');
+        const headers = { 'X-Auth-Token': token() || '', Accept: 'text/event-stream' };
+        if (lastId) headers['Last-Event-ID'] = lastId;
         const res = await fetch(uri, {
-          headers: { 'X-Auth-Token': token() || '', Accept: 'text/event-stream' },
+          headers,
           cache: 'no-store', signal: ctrl.signal,
         });
         if (res.status === 401) { setState('closed'); onUnauthorized(); return; }
