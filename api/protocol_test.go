@@ -208,12 +208,14 @@ func TestQueries(t *testing.T) {
 		{"$expand=Members", http.StatusBadRequest, "QueryParameterValueFormatError"},
 		{"$expand=.($levels=0)", http.StatusBadRequest, "QueryParameterValueFormatError"},
 		{"$select=Bad%20Name", http.StatusBadRequest, "QueryParameterValueFormatError"},
-		{"$filter=UserName%20eq%20'admin'", http.StatusNotImplemented, "QueryParameterUnsupported"},
+		{"$filter=UserName%20eq", http.StatusBadRequest, "QueryParameterValueFormatError"},
+		{"$only", http.StatusNotImplemented, "QueryParameterUnsupported"},
 		{"only", http.StatusOK, ""},
 	} {
 		wantStatus(t, tc.q, env.Admin.Get(col+"?"+tc.q), tc.code, tc.msg)
 	}
 	wantStatus(t, "$top on a resource", env.Admin.Get("/redfish/v1/SessionService?$top=1"), http.StatusBadRequest, "QueryNotSupportedOnResource")
+	wantStatus(t, "$filter on a resource", env.Admin.Get("/redfish/v1/SessionService?$filter=Id%20eq%20'x'"), http.StatusBadRequest, "QueryNotSupportedOnResource")
 }
 
 // TestMetadataReferencesCSDL: $metadata is well-formed XML and every

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"net/http"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -69,7 +70,7 @@ func (s *Server) WriteResource(c echo.Context, status int, res any) error {
 	if qerr != nil {
 		return qerr
 	}
-	if q.paged() {
+	if q.paged() || q.filter != nil {
 		return ErrQueryNotSupportedOnResource()
 	}
 	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
@@ -145,21 +146,43 @@ func collectionBody(col Collection, members []any, nextLink string) Obj {
 
 // WriteCollection answers with a collection: $top/$skip paging with
 // Members@odata.nextLink, $expand (one level, for collections that declare
-// Expand) and $select.
+// Expand), $filter (for the same collections: filter.go) and $select.
 func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	q, qerr := parseQuery(c)
 	if qerr != nil {
 		return qerr
 	}
-	if r := col.Rendered; r != nil && !q.paged() && !q.expand && len(q.sel) == 0 {
+	if r := col.Rendered; r != nil && !q.paged() && !q.expand && len(q.sel) == 0 && q.filter == nil {
 		c.Response().Header().Set("ETag", r.etag)
 		if etagMatches(c.Request().Header.Get("If-None-Match"), r.etag) {
 			return c.NoContent(http.StatusNotModified)
 		}
 		return s.writeJSON(c, http.StatusOK, r.body)
 	}
-	total := len(col.Members)
-	page := col.Members
+	all := col.Members
+	var expanded map[string]any // members already expanded by the filter
+	if q.filter != nil {
+		if col.Expand == nil {
+			return ErrQueryNotSupportedOnResource()
+		}
+		all, expanded = nil, map[string]any{}
+		for _, u := range col.Members {
+			m, err := col.Expand(u)
+			if err != nil {
+				return err
+			}
+			ok, err := q.filter.match(m)
+			if err != nil {
+				return ErrInternal(err)
+			}
+			if ok {
+				all = append(all, u)
+				expanded[u] = m
+			}
+		}
+	}
+	total := len(all)
+	page := all
 	skip := min(q.skip, total)
 	page = page[skip:]
 	if q.hasTop && q.top < len(page) {
@@ -168,9 +191,12 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	members := make([]any, 0, len(page))
 	for _, u := range page {
 		if q.expand && col.Expand != nil {
-			m, err := col.Expand(u)
-			if err != nil {
-				return err
+			m, ok := expanded[u]
+			var err error
+			if !ok {
+				if m, err = col.Expand(u); err != nil {
+					return err
+				}
 			}
 			if len(q.sel) > 0 {
 				if m, err = selectValue(m, q.sel); err != nil {
@@ -185,6 +211,12 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	nextLink := ""
 	if next := skip + len(page); q.hasTop && next < total {
 		nextLink = col.ODataID + "?$skip=" + strconv.Itoa(next) + "&$top=" + strconv.Itoa(q.top)
+		if q.filter != nil {
+			nextLink += "&$filter=" + url.QueryEscape(q.filter.raw)
+		}
+	}
+	if q.filter != nil {
+		col.Members = all // Members@odata.count counts what matched
 	}
 	b, err := encodeJSON(collectionBody(col, members, nextLink))
 	if err != nil {
@@ -244,6 +276,7 @@ type query struct {
 	hasTop    bool
 	hasSkip   bool
 	expand    bool
+	filter    *filter // nil: no $filter
 }
 
 func (q query) paged() bool { return q.hasTop || q.hasSkip }
@@ -290,6 +323,12 @@ func parseQuery(c echo.Context) (query, *Error) {
 					return q, ErrQueryValue(v, k)
 				}
 			}
+		case "$filter":
+			f, err := parseFilter(v)
+			if err != nil {
+				return q, ErrQueryValue(v, k)
+			}
+			q.filter = f
 		default:
 			if strings.HasPrefix(k, "$") {
 				return q, ErrQueryUnsupported(k)

@@ -4,7 +4,7 @@
 // The framework (this file, router.go, respond.go, decode.go, errors.go,
 // registry.go, auth.go) gives every resource the same protocol habits:
 // authentication and a declared privilege per route, errors only from the
-// Base message registry, ETags and If-Match, $select/$top/$skip/$expand,
+// Base message registry, ETags and If-Match, $select/$top/$skip/$expand/$filter,
 // strict JSON decoding, audit logging of every change, tasks for long
 // operations and an event bus feeding SSE, push subscriptions and the event
 // log. Each resource lives in its own file and registers its routes with

@@ -149,7 +149,7 @@ func (s *Server) serviceRoot() Obj {
 			"ExpandQuery":          Obj{"ExpandAll": true, "Levels": true, "Links": true, "NoLinks": true, "MaxLevels": 1},
 			"SelectQuery":          true,
 			"TopSkipQuery":         true,
-			"FilterQuery":          false,
+			"FilterQuery":          true,
 			"OnlyMemberQuery":      false,
 			"ExcerptQuery":         false,
 			"MultipleHTTPRequests": true,
