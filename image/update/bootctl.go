@@ -31,6 +31,11 @@
 //  4. If instead the box restarts before MarkGood (crash, hang, power
 //     cut), SelectBoot finds the trial already booted, marks that slot
 //     bad and boots the previous active slot.
+//
+// Activate (activate.go) starts the same trial for the image already in
+// the other slot (a rollback to the previous image, or one pushed
+// earlier) after verifying it again and checking it against the minimum
+// security version; activating the running slot cancels a pending trial.
 package update
 
 import (

@@ -1,0 +1,76 @@
+package api
+
+import (
+	"net/http"
+	"slices"
+
+	"github.com/labstack/echo/v4"
+)
+
+// POST /redfish/v1/Managers/FM/Actions/Manager.Reset restarts the box,
+// so that an activated image slot (managerpatch.go) or a pushed one is
+// tried at once. It exists only where the daemon has a reboot hook
+// (Config.Reboot: on the box image). GracefulRestart (the default when
+// ResetType is left out) and ForceRestart do the same there: the image's
+// init has no services to stop, so both sync the filesystems and restart.
+// As the schema asks, the answer (204) goes out before the box goes down.
+// A reset while a pushed image is being written is refused (409): the
+// push would have to start again.
+
+const (
+	managerResetAction = "Manager.Reset"
+	managerResetTarget = managerURI + "/Actions/" + managerResetAction
+)
+
+// managerResetTypes are the ResetType values Manager.Reset accepts.
+var managerResetTypes = []string{"GracefulRestart", "ForceRestart"}
+
+func (s *Server) managerResetRoutes() {
+	if s.cfg.Reboot == nil {
+		return
+	}
+	s.Handle(http.MethodPost, managerResetTarget, PrivConfigureManager, s.resetManager)
+}
+
+func (s *Server) resetManager(c echo.Context) error {
+	var req resetRequest
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	rt := managerResetTypes[0]
+	if req.ResetType != nil {
+		rt = *req.ResetType
+	}
+	if !slices.Contains(managerResetTypes, rt) {
+		return NewError(http.StatusBadRequest, M("Base.ActionParameterValueNotInList", rt, "ResetType", managerResetAction).WithRelated("ResetType"))
+	}
+	if s.updating.Load() {
+		return NewError(http.StatusConflict, M("Update.UpdateInProgress"), M("Base.ResourceInUse"))
+	}
+	s.log.Warn("manager reset: rebooting the box", "type", rt, "user", PrincipalOf(c).User)
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		if err := s.cfg.Reboot(s.ctx); err != nil && s.ctx.Err() == nil {
+			s.log.Error("manager reset failed", "err", err)
+		}
+	}()
+	return s.NoContent(c)
+}
+
+// addManagerReset adds the Reset action to the Manager where it is
+// served.
+func (s *Server) addManagerReset(o Obj) {
+	if s.paths[managerResetTarget] == nil { // HasRoute is for GET routes
+		return
+	}
+	acts, _ := o["Actions"].(Obj)
+	if acts == nil {
+		acts = Obj{}
+		o["Actions"] = acts
+	}
+	acts["#"+managerResetAction] = Obj{
+		"target":                            managerResetTarget,
+		"ResetType@Redfish.AllowableValues": managerResetTypes,
+	}
+}
