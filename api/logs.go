@@ -106,8 +106,13 @@ func (s *Server) logRoutes() {
 	s.Handle(http.MethodGet, logServicesURI, PrivApplianceView, func(c echo.Context) error {
 		return s.WriteCollection(c, Collection{
 			ODataID: logServicesURI, ODataType: "#LogServiceCollection.LogServiceCollection",
-			Name: "Log Services", Members: []string{logServiceURI(logAudit), logServiceURI(logEvent)},
-			Expand: func(uri string) (any, error) { return s.logService(uri[len(logServicesURI)+1:]), nil },
+			Name: "Log Services", Members: s.logServiceMembers(),
+			Expand: func(uri string) (any, error) {
+				if uri == logServiceURI(logDiagnostic) {
+					return s.diagnosticService(), nil
+				}
+				return s.logService(uri[len(logServicesURI)+1:]), nil
+			},
 		})
 	})
 	for _, log := range []string{logEvent, logAudit} {
@@ -164,6 +169,16 @@ func (s *Server) logRoutes() {
 		}
 		return s.NoContent(c)
 	})
+}
+
+// logServiceMembers lists the log services, with the Diagnostic one
+// (supportbundle.go) where it is served.
+func (s *Server) logServiceMembers() []string {
+	m := []string{logServiceURI(logAudit)}
+	if s.HasRoute(logServiceURI(logDiagnostic)) {
+		m = append(m, logServiceURI(logDiagnostic))
+	}
+	return append(m, logServiceURI(logEvent))
 }
 
 func (s *Server) logService(log string) Obj {

@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"math/big"
 	"net"
@@ -42,11 +43,12 @@ func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
 		ErrorLog:          nil,
 	}
 	if !plainHTTP {
-		cert, err := s.loadOrCreateCert()
-		if err != nil {
+		if _, err := s.reloadCertificate(); err != nil {
 			return err
 		}
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}}
+		// Each handshake reads the current certificate, so that
+		// ReplaceCertificate (certificates.go) needs no restart.
+		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.servingCertificate}
 	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
@@ -93,6 +95,10 @@ func (s *Server) loadOrCreateCert() (tls.Certificate, error) {
 	if _, err := os.Stat(cp); err == nil {
 		cert, err := tls.LoadX509KeyPair(cp, kp)
 		if err == nil {
+			s.tidyKeys(dir, cert)
+			return cert, nil
+		}
+		if cert, ok := s.finishReplacement(cp, kp); ok {
 			return cert, nil
 		}
 		if !generatedPair(cp, kp) {
@@ -159,7 +165,16 @@ func generatedPair(cp, kp string) bool {
 // either the old file or the new one, never a torn one: a synced temporary
 // file in the same directory, renamed over path, then the directory
 // synced so the rename itself is durable.
-func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
+func writeFileAtomic(path string, data []byte, perm os.FileMode) error {
+	return writeFileAtomicFunc(path, perm, func(w io.Writer) error {
+		_, err := w.Write(data)
+		return err
+	})
+}
+
+// writeFileAtomicFunc is writeFileAtomic for contents that write
+// themselves (a support bundle streamed through gzip).
+func writeFileAtomicFunc(path string, perm os.FileMode, write func(io.Writer) error) (err error) {
 	dir := filepath.Dir(path)
 	f, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
 	if err != nil {
@@ -174,7 +189,7 @@ func writeFileAtomic(path string, data []byte, perm os.FileMode) (err error) {
 	if err = f.Chmod(perm); err != nil {
 		return err
 	}
-	if _, err = f.Write(data); err != nil {
+	if err = write(f); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {
