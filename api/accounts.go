@@ -38,6 +38,9 @@ type accountCreate struct {
 	Enabled     *bool       `json:"Enabled"`
 	AccountType []string    `json:"AccountTypes" enum:"Redfish"`
 	Oem         *accountOem `json:"Oem"`
+	// PasswordChangeRequired true makes the account choose its own
+	// password before it may do anything else (passwordGate).
+	PasswordChangeRequired *bool `json:"PasswordChangeRequired"`
 }
 
 type accountPatch struct {
@@ -50,7 +53,7 @@ type accountPatch struct {
 	Oem                    *accountOem `json:"Oem"`
 	ID                     string      `json:"Id" rf:"readonly"`
 	Name                   string      `json:"Name" rf:"readonly"`
-	PasswordChangeRequired *bool       `json:"PasswordChangeRequired" rf:"readonly"`
+	PasswordChangeRequired *bool       `json:"PasswordChangeRequired"`
 	Links                  any         `json:"Links" rf:"readonly"`
 }
 
@@ -294,7 +297,8 @@ func (s *Server) createAccount(c echo.Context) error {
 	}
 	enabled := req.Enabled == nil || *req.Enabled
 	a, err := s.store.CreateAccount(c.Request().Context(), Account{UserName: req.UserName, PasswordHash: hash,
-		Role: req.RoleID, Enabled: enabled, HostID: host})
+		Role: req.RoleID, Enabled: enabled, HostID: host,
+		PasswordChangeRequired: req.PasswordChangeRequired != nil && *req.PasswordChangeRequired})
 	if errors.Is(err, errDuplicate) {
 		return ErrResourceAlreadyExists("ManagerAccount", "UserName", req.UserName)
 	}
@@ -317,11 +321,14 @@ func (s *Server) patchAccount(c echo.Context) error {
 		return err
 	}
 	p := PrincipalOf(c)
-	if !p.Has(PrivConfigureUsers) {
-		if req.UserName != nil || req.RoleID != nil || req.Enabled != nil || req.Locked != nil ||
-			req.AccountTypes != nil || req.Oem != nil {
-			return ErrInsufficientPrivilege()
-		}
+	others := req.UserName != nil || req.RoleID != nil || req.Enabled != nil || req.Locked != nil ||
+		req.AccountTypes != nil || req.Oem != nil || req.PasswordChangeRequired != nil
+	if p.passwordChange && others {
+		// Until it has a new password the account may set only that.
+		return errPasswordChangeRequired(accountURI(a.ID))
+	}
+	if !p.Has(PrivConfigureUsers) && others {
+		return ErrInsufficientPrivilege()
 	}
 	if err := s.IfMatch(c, s.accountBody(a)); err != nil {
 		return err
@@ -351,6 +358,11 @@ func (s *Server) patchAccount(c echo.Context) error {
 			return err
 		}
 		n.PasswordChangeRequired = false
+	}
+	if req.PasswordChangeRequired != nil {
+		// Given with a password, an administrator's explicit true wins:
+		// a temporary password the user must replace.
+		n.PasswordChangeRequired = *req.PasswordChangeRequired
 	}
 	if s.wouldRemoveLastAdmin(a, n.Role == RoleAdministrator && n.Enabled) {
 		return ErrResourceInUse()

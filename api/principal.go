@@ -123,6 +123,10 @@ type Principal struct {
 	// SessionID is the Redfish session the request came with; empty for
 	// HTTP Basic.
 	SessionID string
+	// passwordChange: the account must change its password first
+	// (ManagerAccount.PasswordChangeRequired); until then it may only
+	// read its account and session, set its password and log out.
+	passwordChange bool
 }
 
 // Has reports whether the principal holds any privilege in p.

@@ -103,13 +103,19 @@ func (s *Server) login(c echo.Context) error {
 		return NewError(http.StatusServiceUnavailable, M("Base.SessionLimitExceeded")).WithHeader("Retry-After", "60")
 	}
 	if err != nil {
-		return ErrNoValidSession().WithCause(err)
+		return noValidSession(c.Request()).WithCause(err)
 	}
+	body := s.sessionBody(*sess)
 	if acct, ok := s.store.Account(sess.AccountID); ok {
 		c.Set(principalKey, s.auth.principal(acct, sess.ID))
+		if acct.PasswordChangeRequired {
+			// DSP0266: the login succeeds and says what must happen
+			// before the session may do anything else.
+			body["@Message.ExtendedInfo"] = []Message{s.reg.Resolve(M("Base.PasswordChangeRequired", accountURI(acct.ID)))}
+		}
 	}
 	c.Response().Header().Set("X-Auth-Token", tok)
-	return s.WriteCreated(c, sessionsURI+"/"+sess.ID, s.sessionBody(*sess))
+	return s.WriteCreated(c, sessionsURI+"/"+sess.ID, body)
 }
 
 func (s *Server) sessionBody(sess session) Obj {

@@ -15,6 +15,7 @@ export class ApiError extends Error {
     this.name = 'ApiError';
     this.status = status;
     this.messageId = (info[0] && info[0].MessageId) || (err && err.code) || '';
+    this.messageArgs = (info[0] && info[0].MessageArgs) || [];
     this.resolution = (info[0] && info[0].Resolution) || '';
   }
 }
@@ -40,7 +41,9 @@ export { sleep };
 // request sends one call. opts: accept (extra statuses that are not
 // errors), ifMatch, signal, anonymous.
 export async function request(method, path, body, opts = {}) {
-  const headers = { Accept: 'application/json' };
+  // X-Requested-With: a 401 then carries no Basic challenge, which would
+  // make the browser pop up its own login dialog.
+  const headers = { Accept: 'application/json', 'X-Requested-With': 'XMLHttpRequest' };
   const tok = token();
   if (tok && !opts.anonymous) headers['X-Auth-Token'] = tok;
   if (body !== undefined) headers['Content-Type'] = 'application/json';

@@ -56,7 +56,7 @@ export function start(uri, onUnauthorized) {
       ctrl = new AbortController();
       try {
         setState('connecting');
-        const headers = { 'X-Auth-Token': token() || '', Accept: 'text/event-stream' };
+        const headers = { 'X-Auth-Token': token() || '', Accept: 'text/event-stream', 'X-Requested-With': 'XMLHttpRequest' };
         if (lastId) headers['Last-Event-ID'] = lastId;
         const res = await fetch(uri, {
           headers,

@@ -16,6 +16,7 @@ const PAGES = [
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
   { path: 'users', title: 'Users & roles', load: () => import('./pages/users.js') },
+  { path: 'network', title: 'Network & time', load: () => import('./pages/network.js'), appliance: true },
   { path: 'settings', title: 'Settings', load: () => import('./pages/settings.js') },
 ];
 
@@ -51,6 +52,7 @@ function useRoute() {
   useEffect(() => {
     const on = () => setR(parseHash());
     addEventListener('hashchange', on);
+    on(); // a change between the first render and this effect
     return () => removeEventListener('hashchange', on);
   }, []);
   return r;
@@ -180,6 +182,13 @@ function Shell({ principal, onLogout }) {
   </div>`;
 }
 
+// idleText says how long a timeout of s seconds is.
+function idleText(s) {
+  if (s < 120) return `${s} seconds`;
+  if (s < 7200) return `${Math.round(s / 60)} minutes`;
+  return `${Math.round(s / 3600)} hours`;
+}
+
 // --- the app: session state machine ---
 function App() {
   const [st, setSt] = useState({ phase: api.token() ? 'loading' : 'login', reason: '' });
@@ -211,6 +220,17 @@ function App() {
       if (es && es.ServerSentEventUri) live.start(es.ServerSentEventUri, () => endSession('Your session has ended. Please sign in again.'));
       setSt({ phase: 'ready', reason: '' });
     } catch (e) {
+      // DSP0266: until the account has a new password, the box answers
+      // 403 PasswordChangeRequired naming the account, which the session
+      // may still read and PATCH.
+      if (e.status === 403 && /\.PasswordChangeRequired$/.test(e.messageId) && e.messageArgs[0]) {
+        try {
+          const acct = await api.get(e.messageArgs[0]);
+          setPrincipal({ user: acct.UserName, account: e.messageArgs[0], passwordChangeRequired: true });
+          setSt({ phase: 'password', reason: '' });
+          return;
+        } catch (x) { e = x; }
+      }
       if (e.status === 401 || !api.token()) endSession('Your session has ended. Please sign in again.');
       else setSt({ phase: 'error', reason: e.message });
     }
@@ -223,23 +243,31 @@ function App() {
 
   // Idle timeout: the service's SessionTimeout applies to the person,
   // not to the console's own polling, which would keep a session alive.
+  // The check reads Date.now each second (cheap), so a suspended laptop
+  // signs out on waking; the timeout in force is on <html
+  // data-idle-timeout> for the browser tests, which move Date.now on.
   useEffect(() => {
     if (st.phase !== 'ready') return;
     let timeout = 30 * 60;
-    api.get('/redfish/v1/SessionService').then((s) => { timeout = s.SessionTimeout || timeout; }, () => {});
+    const rootEl = document.documentElement;
+    api.get('/redfish/v1/SessionService').then((s) => {
+      timeout = s.SessionTimeout || timeout;
+      rootEl.dataset.idleTimeout = String(timeout);
+    }, () => {});
     let lastActive = Date.now();
+    let ending = false;
     const touch = () => { lastActive = Date.now(); };
     const evs = ['keydown', 'pointerdown', 'wheel', 'touchstart'];
     evs.forEach((e) => addEventListener(e, touch, { passive: true }));
     const iv = setInterval(async () => {
-      if (Date.now() - lastActive > timeout * 1000) {
-        live.stop();
-        await api.logout();
-        setPrincipal(null);
-        setSt({ phase: 'login', reason: `Signed out after ${Math.round(timeout / 60)} minutes without activity.` });
-      }
-    }, 10000);
-    return () => { evs.forEach((e) => removeEventListener(e, touch)); clearInterval(iv); };
+      if (ending || Date.now() - lastActive <= timeout * 1000) return;
+      ending = true;
+      live.stop();
+      await api.logout();
+      setPrincipal(null);
+      setSt({ phase: 'login', reason: `Signed out after ${idleText(timeout)} without activity.` });
+    }, 1000);
+    return () => { evs.forEach((e) => removeEventListener(e, touch)); clearInterval(iv); delete rootEl.dataset.idleTimeout; };
   }, [st.phase]);
 
   switch (st.phase) {

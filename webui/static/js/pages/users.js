@@ -57,14 +57,16 @@ export default function Users({ principal }) {
 }
 
 function NewAccount({ roles, systems, onClose }) {
-  const [f, setF] = useState({ UserName: '', Password: '', RoleId: 'ReadOnly', SystemId: systems[0]?.Id || '' });
+  // A password an administrator types for someone else is temporary by
+  // default: the account must choose its own at its first sign-in.
+  const [f, setF] = useState({ UserName: '', Password: '', RoleId: 'ReadOnly', SystemId: systems[0]?.Id || '', mustChange: true });
   const [err, setErr] = useState(null);
   const set = (k) => (e) => setF({ ...f, [k]: e.target.value });
   const hostBound = roles.find((r) => r.Id === f.RoleId)?.Restricted;
   const submit = async (e) => {
     e.preventDefault();
     try {
-      const body = { UserName: f.UserName, Password: f.Password, RoleId: f.RoleId };
+      const body = { UserName: f.UserName, Password: f.Password, RoleId: f.RoleId, PasswordChangeRequired: f.mustChange };
       if (hostBound) body.Oem = { CxlPool: { SystemId: f.SystemId } };
       await api.post(ACCOUNTS, body);
       onClose();
@@ -74,6 +76,7 @@ function NewAccount({ roles, systems, onClose }) {
     <${Field} label="User name" id="na-user"><input id="na-user" required autocomplete="off" value=${f.UserName} onInput=${set('UserName')} /><//>
     <${Field} label="Password" id="na-pw" hint="8 to 72 characters"><input id="na-pw" type="password" required minlength="8" maxlength="72" autocomplete="new-password" value=${f.Password} onInput=${set('Password')} /><//>
     <${Field} label="Role" id="na-role"><select id="na-role" value=${f.RoleId} onChange=${set('RoleId')}>${roles.map((r) => html`<option value=${r.Id}>${r.Id}</option>`)}</select><//>
+    <div class="field"><label><input type="checkbox" id="na-must-change" checked=${f.mustChange} onChange=${(e) => setF({ ...f, mustChange: e.target.checked })} /> Must choose a new password at first sign-in</label></div>
     ${hostBound ? html`<${Field} label="Host" id="na-host"><select id="na-host" value=${f.SystemId} onChange=${set('SystemId')}>${systems.map((s) => html`<option value=${s.Id}>${s.Name}</option>`)}</select><//>` : null}
     <${ErrorBox} error=${err} />
     <div class="dlg-actions"><button type="button" onClick=${onClose}>Cancel</button><button class="primary" type="submit">Create</button></div>
@@ -85,16 +88,19 @@ function SetPassword({ acct, self, onClose }) {
   const [pw2, setPw2] = useState('');
   const [err, setErr] = useState(null);
   const [ok, setOk] = useState(false);
+  const [mustChange, setMustChange] = useState(!self);
   const submit = async (e) => {
     e.preventDefault();
     if (pw !== pw2) { setErr(new Error('The two passwords differ.')); return; }
-    try { await api.patch(acct['@odata.id'], { Password: pw }); setOk(true); } catch (x) { setErr(x); }
+    const body = self ? { Password: pw } : { Password: pw, PasswordChangeRequired: mustChange };
+    try { await api.patch(acct['@odata.id'], body); setOk(true); } catch (x) { setErr(x); }
   };
   return html`<${Modal} title=${self ? 'Change my password' : 'Set the password of ' + acct.UserName} onClose=${onClose}>
     ${ok ? html`<p class="alert ok" role="status">Password changed.${self ? ' Your other sessions were closed.' : ''}</p><div class="dlg-actions"><button class="primary" onClick=${onClose}>Close</button></div>` : html`
     <form onSubmit=${submit}>
       <${Field} label="New password" id="sp-pw"><input id="sp-pw" type="password" required minlength="8" maxlength="72" autocomplete="new-password" value=${pw} onInput=${(e) => setPw(e.target.value)} /><//>
       <${Field} label="Repeat" id="sp-pw2"><input id="sp-pw2" type="password" required autocomplete="new-password" value=${pw2} onInput=${(e) => setPw2(e.target.value)} /><//>
+      ${self ? null : html`<div class="field"><label><input type="checkbox" id="sp-must-change" checked=${mustChange} onChange=${(e) => setMustChange(e.target.checked)} /> Must choose a new password at next sign-in</label></div>`}
       <${ErrorBox} error=${err} />
       <div class="dlg-actions"><button type="button" onClick=${onClose}>Cancel</button><button class="primary" type="submit">Change</button></div>
     </form>`}<//>`;
