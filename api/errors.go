@@ -227,7 +227,11 @@ func FromDomain(err error, t Target) *Error {
 	case errors.Is(err, dcd.ErrNoCapacity):
 		return NewError(http.StatusConflict, M("Base.ResourceExhaustion", t.URI)).WithCause(err)
 	case errors.Is(err, dcd.ErrQuotaExceeded):
-		return NewError(http.StatusConflict, M("Base.CreateLimitReachedForResource")).WithCause(err)
+		// The registry's resolution speaks of deleting resources; say
+		// which limit it is (the host's Oem.CxlPool.QuotaMiB).
+		return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource",
+			Resolution: "The host's quota (Oem.CxlPool.QuotaMiB of its ComputerSystem) leaves no room for this capacity: " +
+				"release capacity from the host, or have an administrator raise its quota."}).WithCause(err)
 	case errors.Is(err, dcd.ErrConflict):
 		return ErrResourceInUse().WithCause(err)
 	case errors.Is(err, dcd.ErrNotSharable):

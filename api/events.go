@@ -259,6 +259,9 @@ func changeEvents(c dcd.Change) []Event {
 		}
 		return []Event{{MessageKey: key, Args: args, Origin: ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
 	case dcd.ChangeHost:
+		if c.Message == dcd.QuotaChanged { // a setting, not a state (systempatch.go)
+			return []Event{{MessageKey: MsgResourceChanged, Origin: SystemURI(c.Host), Host: host(c.Host)}}
+		}
 		return []Event{{MessageKey: MsgStateChanged, Args: []string{SystemURI(c.Host), c.Message},
 			Origin: SystemURI(c.Host), Host: host(c.Host)}}
 	case dcd.ChangeOrphan, dcd.ChangeDevice:

@@ -135,6 +135,7 @@ func commands() []command {
 		{"logout", "", "end the stored session", cmdLogout},
 		{"status", "", "pool capacity (total, reserved, granted, free) and device health", cmdStatus},
 		{"hosts", "", "attached hosts: head, link, granted capacity, quota", cmdHosts},
+		{"quota", "HostN SIZE|none", "set a host's quota: later grants to it must fit (administrators, operators)", cmdQuota},
 		{"chunks", "", "reserved chunks and the hosts they are connected to", cmdChunks},
 		{"connections", "", "connections (grants of chunks to hosts)", cmdConnections},
 		{"request", "SIZE [--host HostN] [--shared] [--name N] [--wait=false]", "reserve SIZE and connect it to a host (yours by default)", cmdRequest},
