@@ -324,18 +324,34 @@ func (d *Disk) verifySlot(slot string, size int64, sum string, keys manifest.Key
 	if size <= 0 || size > p.Size {
 		return nil, fmt.Errorf("slot %s records %d bytes: %w", slot, size, manifest.ErrCorrupt)
 	}
-	n, got, err := manifest.HashReader(io.NewSectionReader(d.f, p.Offset, size))
-	if err != nil {
-		return nil, fmt.Errorf("slot %s: %w", slot, err)
+	// The raw hash and the bundle's own checks read the slot side by side
+	// (the loader stage runs this under emulation, where hashing
+	// dominates its time). The raw hash is judged first, so bit rot
+	// anywhere, even in the signed manifest, reads as corruption; parts
+	// onPart extracted from a slot that fails are not to be used.
+	type rawHash struct {
+		n   int64
+		sum string
+		err error
 	}
-	if n != size || got != sum {
-		return nil, fmt.Errorf("slot %s: sha256 %s, recorded %s: %w", slot, got, sum, manifest.ErrCorrupt)
-	}
+	raw := make(chan rawHash, 1)
+	go func() {
+		n, got, err := manifest.HashReader(io.NewSectionReader(d.f, p.Offset, size))
+		raw <- rawHash{n, got, err}
+	}()
 	opt := manifest.VerifyOptions{}
 	if len(onPart) > 0 {
 		opt.OnPart = onPart[0]
 	}
-	return manifest.ReadBundle(io.NewSectionReader(d.f, p.Offset, size), keys, opt)
+	m, err := manifest.ReadBundle(io.NewSectionReader(d.f, p.Offset, size), keys, opt)
+	r := <-raw
+	if r.err != nil {
+		return nil, fmt.Errorf("slot %s: %w", slot, r.err)
+	}
+	if r.n != size || r.sum != sum {
+		return nil, fmt.Errorf("slot %s: sha256 %s, recorded %s: %w", slot, r.sum, sum, manifest.ErrCorrupt)
+	}
+	return m, err
 }
 
 // MarkGood commits the running slot if it is the trial: it becomes the
