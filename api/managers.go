@@ -57,6 +57,9 @@ func (s *Server) manager(p *Principal) Obj {
 	if p.Has(PrivApplianceView) {
 		o["LogServices"] = Link(logServicesURI)
 	}
+	// NetworkProtocol, EthernetInterfaces (networkprotocol.go)
+	s.managerNetworkLinks(o, p)
+	s.managerSettings(o) // managerpatch.go: clock, image slots, Reset
 	return o
 }
 

@@ -52,7 +52,7 @@ func TestMethodNotAllowed(t *testing.T) {
 		{"PUT", "/redfish/v1/AccountService/Accounts", "GET, HEAD, POST"},
 		{"PATCH", "/redfish/v1/SessionService/Sessions", "GET, HEAD, POST"},
 		{"DELETE", "/redfish/v1/$metadata", "GET, HEAD"},
-		{"OPTIONS", "/redfish/v1/Managers/FM", "GET, HEAD"},
+		{"OPTIONS", "/redfish/v1/Managers/FM", "GET, HEAD, PATCH"},
 	} {
 		r := env.Admin.Do(tc.method, tc.path, nil)
 		wantStatus(t, tc.method+" "+tc.path, r, http.StatusMethodNotAllowed, "OperationNotAllowed")

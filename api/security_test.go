@@ -68,7 +68,11 @@ func TestRoleMatrix(t *testing.T) {
 		{"GET", "/redfish/v1/AccountService/Roles/HostUser", nil, want{unauth, ok, ok, ok, ok}},
 		{"GET", "/redfish/v1/Managers", nil, want{unauth, ok, ok, ok, ok}},
 		{"GET", "/redfish/v1/Managers/FM", nil, want{unauth, ok, ok, ok, ok}},
-		{"PATCH", "/redfish/v1/Managers/FM", map[string]any{}, want{unauth, notAllow, notAllow, notAllow, notAllow}},
+		// PATCH the Manager (image slot, clock): ConfigureManager only
+		// (managerpatch.go); Manager.Reset exists only with a reboot hook.
+		{"PATCH", "/redfish/v1/Managers/FM", map[string]any{}, want{unauth, ok, forbid, forbid, forbid}},
+		{"PATCH", "/redfish/v1/Managers/FM", map[string]any{"DateTime": "2026-01-02T03:04:05Z"}, want{unauth, bad, forbid, forbid, forbid}},
+		{"POST", "/redfish/v1/Managers/FM/Actions/Manager.Reset", map[string]any{}, want{unauth, notFound, notFound, notFound, notFound}},
 		{"GET", "/redfish/v1/Managers/FM/LogServices", nil, want{unauth, ok, ok, ok, forbid}},
 		{"GET", "/redfish/v1/Managers/FM/LogServices/AuditLog/Entries", nil, want{unauth, ok, ok, ok, forbid}},
 		{"GET", "/redfish/v1/Managers/FM/LogServices/EventLog", nil, want{unauth, ok, ok, ok, forbid}},

@@ -114,11 +114,22 @@ type Config struct {
 	// Reboot syncs and reboots the box, for pushes that ask for
 	// OperationApplyTime Immediate. Nil: only OnReset is offered.
 	Reboot func(context.Context) error
+	// SetTime sets the box's clock, for PATCH Managers/FM DateTime
+	// (managerpatch.go). Nil (the clock belongs to the host's operating
+	// system): DateTime is not writable.
+	SetTime func(ctx context.Context, t time.Time) error
 	// MaxImageBytes bounds a pushed image (512 MiB).
 	MaxImageBytes int64
 	// LocalCXL lists the CXL memory devices the Linux driver bound on
 	// the management computer (localcxl.go). Nil: none are shown.
 	LocalCXL func() ([]linuxcxl.MemDev, error)
+	// Network is the box's own network and time settings
+	// (networkprotocol.go), given by the daemon on the image. Nil: the
+	// host's operating system owns them and PATCH refuses changes.
+	Network NetworkConfig
+	// NetInterfaces lists the management computer's network interfaces
+	// (ethernet.go). Nil: SystemInterfaces.
+	NetInterfaces func() ([]NetInterface, error)
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed
@@ -194,6 +205,8 @@ type Server struct {
 	bus      *bus
 	metrics  *metrics
 	capacity *capacity   // the pool resources' shared state (capacity.go)
+	certs    certState   // the served TLS certificate (certificates.go)
+	bundles  bundleState // support bundle collection (supportbundle.go)
 	updating atomic.Bool // a pushed image is being applied (updatepush.go)
 
 	uuid     string
@@ -291,12 +304,18 @@ func (s *Server) routes() []func() {
 		s.connectionRoutes,
 		s.exportRoutes,
 		s.systemRoutes,
+		s.systemPatchRoutes,
 		s.systemMemoryRoutes,
 		s.boardRoutes,
 		s.updateServiceRoutes,
 		s.updatePushRoutes,
+		s.managerPatchRoutes,
+		s.managerResetRoutes,
 		s.consoleRoutes,
 		s.telemetryRoutes,
+		s.networkRoutes,
+		s.certificateRoutes,
+		s.supportBundleRoutes,
 	}
 }
 

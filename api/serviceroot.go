@@ -96,12 +96,20 @@ var odataTypes = []string{
 	"#PowerSupplyMetrics.v1_2_0.PowerSupplyMetrics",
 	"#SensorCollection.SensorCollection",
 	"#Sensor.v1_12_0.Sensor",
+	"#ManagerNetworkProtocol.v1_12_0.ManagerNetworkProtocol",
+	"#EthernetInterfaceCollection.EthernetInterfaceCollection",
+	"#EthernetInterface.v1_12_4.EthernetInterface",
+	"#CertificateService.v1_2_1.CertificateService",
+	"#CertificateLocations.v1_0_4.CertificateLocations",
+	"#CertificateCollection.CertificateCollection",
+	"#Certificate.v1_11_0.Certificate",
 }
 
 // topLevel are ServiceRoot's navigation properties and their URIs; each
 // is linked only when this build serves it.
 var topLevel = []struct{ prop, uri string }{
 	{"AccountService", "/redfish/v1/AccountService"},
+	{"CertificateService", certificateServiceURI},
 	{"Chassis", "/redfish/v1/Chassis"},
 	{"EventService", eventServiceURI},
 	{"Fabrics", "/redfish/v1/Fabrics"},

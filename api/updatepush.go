@@ -29,10 +29,13 @@ import (
 const UpdateUploadURI = UpdateServiceURI + "/Upload"
 
 // Updater is the image side of the box (an *update.Service on the image):
-// it writes a pushed bundle into the inactive slot and lists both slots.
+// it writes a pushed bundle into the inactive slot, lists both slots and
+// schedules one for a trial boot at the next reset (Activate: the
+// running slot cancels a pending trial; errors as update.Disk.Activate).
 type Updater interface {
 	Apply(ctx context.Context, r io.Reader, progress func(written int64)) (*manifest.Manifest, error)
 	Slots() ([]update.SlotStatus, error)
+	Activate(slot string) error
 }
 
 // Operation apply times a push may ask for in

@@ -123,14 +123,8 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
 		return nil, fmt.Errorf("appliance: data directory: %w", err)
 	}
-	led, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, LedgerFile), sqlite.Options{
-		Logger: cfg.Logger, Clock: cfg.Clock, Synchronous: cfg.Synchronous})
-	if err != nil {
-		return nil, fmt.Errorf("appliance: %w", err)
-	}
-	a.Ledger = led
-	a.closers = append(a.closers, led.Close)
-
+	// The device link first: its discovery starts at once and runs while
+	// the ledger opens (see earlyDiscovery).
 	fcfg := cfg.FM
 	if fcfg.Logger == nil {
 		fcfg.Logger = cfg.Logger.With("component", "fm")
@@ -159,11 +153,21 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	}
 	a.Device = dev
 	a.closers = append(a.closers, dev.Close)
+	early := discoverEarly(ctx, dev)
+
+	led, err := sqlite.Open(ctx, filepath.Join(cfg.DataDir, LedgerFile), sqlite.Options{
+		Logger: cfg.Logger, Clock: cfg.Clock, Synchronous: cfg.Synchronous})
+	if err != nil {
+		return nil, fmt.Errorf("appliance: %w", err)
+	}
+	a.Ledger = led
+	// Closed last: after the device and the virtual box.
+	a.closers = append([]func() error{led.Close}, a.closers...)
 
 	if err := a.openExports(); err != nil {
 		return nil, err
 	}
-	dcfg := dcd.Config{Ledger: led, Device: dev, Logger: cfg.Logger.With("component", "dcd"),
+	dcfg := dcd.Config{Ledger: led, Device: early, Logger: cfg.Logger.With("component", "dcd"),
 		Clock: cfg.Clock, AddTimeout: cfg.AddTimeout, ReleaseTimeout: cfg.ReleaseTimeout}
 	if a.Exports != nil {
 		dcfg.BeforeRelease = a.Exports.BeforeRelease
@@ -282,10 +286,20 @@ func (a *Appliance) openExports() error {
 // Start discovers the device, reconciles the ledger with it, starts
 // following device events until ctx ends and opens the export server.
 func (a *Appliance) Start(ctx context.Context) error {
+	// The board controller is discovered while the Manager discovers the
+	// device: both are round trips on the one device link, which carries
+	// them side by side (each is a tenth of a second of the box's boot
+	// under emulation).
+	bctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	board := make(chan error, 1)
+	go func() { board <- a.Board.discover(bctx, a) }()
 	if err := a.Manager.Start(ctx); err != nil {
+		cancel()
+		<-board
 		return fmt.Errorf("appliance: %w", err)
 	}
-	a.startBoard(ctx)
+	a.startBoard(ctx, <-board)
 	if err := a.startTelemetry(ctx); err != nil {
 		return err
 	}

@@ -139,13 +139,13 @@ func (r linkRequester) Request(ctx context.Context, dst mctp.EID, typ mctp.MsgTy
 	return ep.Request(ctx, dst, typ, msg)
 }
 
-// startBoard discovers the board controller (for at most DiscoverTimeout)
-// and runs the policy loop until ctx ends or the appliance closes; an
-// absent controller is looked for again in the background.
-func (a *Appliance) startBoard(ctx context.Context) {
+// startBoard runs the policy loop until ctx ends or the appliance closes,
+// given how the first discovery of the board controller went (Start runs
+// it, for at most DiscoverTimeout); an absent controller is looked for
+// again in the background.
+func (a *Appliance) startBoard(ctx context.Context, err error) {
 	b := a.Board
 	ctx, cancel := context.WithCancel(ctx)
-	err := b.discover(ctx, a)
 	if err != nil {
 		b.log.Warn("board controller not found on the device link: sensors, fans, power supplies, the identify LED "+
 			"and head power are unavailable until it answers", "eid", b.cfg.EID, "err", err, "retry_every", b.cfg.RediscoverInterval)

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
 	"strings"
+	"time"
 
 	"cxlpool/api"
 	"cxlpool/fabric/linuxcxl"
@@ -31,6 +33,16 @@ func imageUpdater(log *slog.Logger) api.Updater {
 		return nil
 	}
 	return svc
+}
+
+// imageClock is the Manager's DateTime setter when running from the
+// image, where the clock is the box's own; nil elsewhere, where it belongs
+// to the host's operating system and the API says so.
+func imageClock() func(context.Context, time.Time) error {
+	if !onImage(update.CmdlinePath) {
+		return nil
+	}
+	return setClock
 }
 
 // localCXL lists the CXL memory devices the Linux driver bound here, when

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,6 +19,7 @@ import (
 )
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	st := beginStartup()
 	fs := flag.NewFlagSet("cxlpoold", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	device := fs.String("device", appliance.DeviceSim, "where the device is: sim (built-in virtual box), tcp://HOST:PORT, unix:PATH, tty:/dev/ttyX, virtio:/dev/vportNpM or usb:VID:PID[?serial=S] (USB needs a cgo build)")
@@ -27,6 +29,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	exportListen := fs.String("export-listen", "", "serve exported pool memory to remote racks on this TCP address (empty: off)")
 	daxPath := fs.String("dax", "", "DAX device that maps the pool's memory for exports on hardware (the virtual box needs none)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	startGate := fs.Int("start-gate", -1, "wait for a byte on this file descriptor before opening the data directory or the device (a supervisor preparing the box; -1: no wait)")
 	simHeads := fs.Int("sim-heads", 8, "virtual box: number of host heads")
 	scfg := sim.DefaultConfig()
 	simCap := bytesize.Value(scfg.Capacity)
@@ -61,6 +64,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	scfg.Heads = *simHeads
 	scfg.Capacity, scfg.BlockSize = uint64(simCap), uint64(simBlock)
 
+	st.phase("flags")
+	if *startGate >= 0 {
+		if err := waitStartGate(*startGate); err != nil {
+			return err
+		}
+		st.phase("gate")
+	}
 	app, err := appliance.Open(ctx, appliance.Config{
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
@@ -72,23 +82,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer app.Close()
 	fmt.Fprintf(stdout, "cxlpoold: connecting to device %s\n", *device)
-	if err := app.Start(ctx); err != nil {
-		return err
-	}
-	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
-		fmt.Fprintln(stdout, "cxlpoold:", l)
-	}
-	if app.ExportAddr != nil {
-		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", app.ExportAddr)
-	}
+	st.phase("open") // the ledger and the device link
+	// Start (the device's discovery, reconcile, the board controller) runs
+	// while the API server is built, unless Start makes something the API
+	// takes: telemetry (the virtual box's CHMU, --chmu) or the export
+	// listener. The one waits on the device link, the other on the CPU.
+	overlap := *device != appliance.DeviceSim && *chmuLoc == "" && *exportListen == ""
+	started := startAsync(ctx, app)
+	// Start returns before the deferred Close.
+	defer started()
 	var tel api.Telemetry // a nil *appliance.Telemetry must stay a nil interface
-	if app.Telemetry != nil {
-		tel = app.Telemetry
+	var exportAddr net.Addr
+	if !overlap {
+		if err := started(); err != nil {
+			return err
+		}
+		st.phase("discovery") // the device, reconcile, the board controller, telemetry
+		if app.Telemetry != nil {
+			tel = app.Telemetry
+		}
+		exportAddr = app.ExportAddr
 	}
 	acfg := api.Config{
 		Manager: app.Manager, Device: app.Device, DataDir: *data, Logger: log.With("component", "api"),
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
-		Exports: app.Exports, ExportAddr: app.ExportAddr,
+		Exports: app.Exports, ExportAddr: exportAddr,
 		Telemetry: tel,
 		Board:     app.Board,
 		LocalCXL:  localCXL(), // image.go
@@ -96,11 +114,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot
 	}
+	acfg.SetTime = imageClock() // image.go: only the image owns its clock
+	// network_linux.go: the image owns its network and time service too.
+	acfg.Network = imageNetwork(ctx, log)
 	srv, err := api.New(acfg)
 	if err != nil {
 		return err
 	}
+	st.phase("api") // accounts, routes
 	defer srv.Close()
+	if overlap {
+		if err := started(); err != nil {
+			return err
+		}
+		st.phase("discovery") // what is left of it
+	}
+	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
+		fmt.Fprintln(stdout, "cxlpoold:", l)
+	}
+	if exportAddr != nil {
+		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", exportAddr)
+	}
 	scheme := "https"
 	if *plainHTTP {
 		scheme = "http"
@@ -114,6 +148,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if !*plainHTTP {
 		fmt.Fprintf(stdout, "cxlpoold: TLS certificate %s\n", srv.CertPath())
 	}
+	st.done(log)
 	if err := srv.Serve(ctx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -108,6 +108,8 @@ type Result struct {
 	CPIOSize, InitramfsSize, VmlinuxSize, KernelGzSize, BundleSize, DiskSize int64
 	Modules                                                                  []string
 	Elapsed                                                                  time.Duration
+	// Loader is the loader stage (image/loader): loader.cpio.gz and its kernel.
+	Loader *LoaderResult
 }
 
 // Build runs every step.
@@ -227,6 +229,11 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	log.Info("initramfs", "cpio", res.CPIOSize, "gzip", res.InitramfsSize)
+	if res.Loader, err = BuildLoader(ctx, LoaderConfig{Repo: cfg.Repo, Out: cfg.Out, Work: filepath.Join(work, "loader"),
+		Kernel: kver, PublicKey: pubPEM, Version: cfg.Version, Stderr: cfg.Stderr}); err != nil {
+		return nil, err
+	}
+	log.Info("loader", "initramfs", res.Loader.InitramfsSize)
 
 	// Kernel: the ELF inside the bzImage boots directly through PVH.
 	res.Vmlinux = filepath.Join(cfg.Out, "vmlinux")
@@ -722,4 +729,8 @@ func Report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  kernel     %s (%s; gzip %s in the bundle)\n", r.Vmlinux, mb(r.VmlinuxSize), mb(r.KernelGzSize))
 	fmt.Fprintf(w, "  bundle     %s (%s): the update image\n", r.Bundle, mb(r.BundleSize))
 	fmt.Fprintf(w, "  disk       %s (%s, sparse): slot A installed; signed manifest %s\n", r.Disk, mb(r.DiskSize), r.DiskManifest)
+	if l := r.Loader; l != nil {
+		fmt.Fprintf(w, "  loader     %s (cpio %s, gzip %s), %d modules; kernel %s (%s; the VM test boots it as vmlinux)\n",
+			l.Initramfs, mb(l.CPIOSize), mb(l.InitramfsSize), len(l.Modules), l.Kernel, mb(l.KernelSize))
+	}
 }

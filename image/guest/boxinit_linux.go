@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -36,8 +38,9 @@ const (
 // Init runs the box's start-up. Out is the console.
 type Init struct {
 	Out io.Writer
-	// lateModules starts loading the modules the daemon does not need.
-	lateModules func()
+	// daemonUp starts what waits for the daemon to answer: the modules
+	// it does not need and the console shell.
+	daemonUp func()
 }
 
 func (in *Init) printf(format string, args ...any) {
@@ -86,10 +89,11 @@ func loadConfig() (Config, error) {
 	return c, c.ParseCmdline(string(cl))
 }
 
-// Main is the box's start-up: it prepares the box, starts the operator's
-// shell on the console and then supervises cxlpoold; it returns only when
-// ctx ends. u-root's init would end (and the kernel panic) if its uinit
-// and shells all returned, so this process stays for the box's life.
+// Main is the box's start-up: it prepares the box and supervises
+// cxlpoold, starting the operator's shell on the console once the daemon
+// answers (or after ten seconds); it returns only when ctx ends. u-root's
+// init would end (and the kernel panic) if its uinit and shells all
+// returned, so this process stays for the box's life.
 func (in *Init) Main(ctx context.Context) error {
 	cfg, err := loadConfig()
 	if err != nil {
@@ -101,43 +105,49 @@ func (in *Init) Main(ctx context.Context) error {
 		return nil
 	}
 	in.printf("init at %.2fs", uptime().Seconds())
-	t := time.Now()
+	// The daemon starts now and waits at its gate until the data
+	// partition is mounted (see StartDaemon). It runs with the settings
+	// known so far; if the data partition's change its arguments, it is
+	// withdrawn and started again.
+	early, err := in.StartDaemon(ctx, cfg, true)
+	if err != nil {
+		in.printf("%v", err)
+	}
 	// The disk, network and device link come first; the daemon does not
 	// wait for the rest (CXL memory devices, USB serial, other NICs).
 	mods := "/lib/modules/" + kernelRelease()
 	stage := func(st int) func(string) bool { return func(name string) bool { return ModuleStage(name) == st } }
-	n, errs := LoadModules(ModulesList, mods, stage(StageEarly))
-	for _, e := range errs {
-		in.printf("module: %v", e)
-	}
-	in.printf("%d early modules loaded in %v", n, time.Since(t).Round(time.Millisecond))
-	// The rest wait until the daemon answers (or a while): under
-	// emulation their probing would compete with its start for the CPU.
-	late := make(chan struct{})
-	in.lateModules = sync.OnceFunc(func() { close(late) })
-	go func() {
+	in.loadModules(ModulesList, mods, "early", stage(StageEarly))
+	// What the daemon's start does not need waits until the daemon
+	// answers (or a while): the other modules, whose probing would
+	// compete with that start for the CPU under emulation, and the
+	// console shell, a second Go program starting up.
+	up := make(chan struct{})
+	in.daemonUp = sync.OnceFunc(func() { close(up) })
+	afterStart := func(limit time.Duration) bool {
 		select {
-		case <-late:
-		case <-time.After(30 * time.Second):
+		case <-up:
+		case <-time.After(limit):
 		case <-ctx.Done():
-			return
+			return false
 		}
-		t := time.Now()
-		n, errs := LoadModules(ModulesList, mods, stage(StageLate))
-		for _, e := range errs {
-			in.printf("module: %v", e)
+		return true
+	}
+	go func() {
+		if afterStart(30 * time.Second) {
+			in.loadModules(ModulesList, mods, "late", stage(StageLate))
+			in.reportCXL()
 		}
-		in.printf("%d more modules loaded in %v", n, time.Since(t).Round(time.Millisecond))
-		in.reportCXL()
+	}()
+	go func() {
+		if afterStart(10 * time.Second) {
+			in.shell(ctx)
+		}
 	}()
 	// The daemon binds the wildcard address: it need not wait for the
 	// interface's configuration.
 	go func() {
-		n, errs := LoadModules(ModulesList, mods, stage(StageNet))
-		for _, e := range errs {
-			in.printf("module: %v", e)
-		}
-		in.printf("%d network modules loaded", n)
+		in.loadModules(ModulesList, mods, "network", stage(StageNet))
 		if err := in.network(ctx, cfg); err != nil {
 			in.printf("network: %v", err)
 		}
@@ -156,10 +166,21 @@ func (in *Init) Main(ctx context.Context) error {
 			in.printf("device link: %v", err)
 		}
 	}
+	if !entropyReady() {
+		// Without a hardware RNG (RDRAND, virtio-rng) the kernel seeds its
+		// pool from timer jitter, which under emulation takes about a
+		// second: the daemon's first random numbers (SQLite, TLS,
+		// passwords) would wait for it.
+		in.printf("random pool not initialised yet: the daemon waits for it (no hardware RNG?)")
+	}
+	if early != nil && !early.Runs(cfg) {
+		in.printf("the data partition's settings change the daemon's: starting it again")
+		early.Withdraw()
+		early = nil
+	}
 	in.printf("ready at %.2fs", uptime().Seconds())
-	go in.shell(ctx)
 	go in.updatePort(ctx, cfg)
-	return in.Supervise(ctx, cfg)
+	return in.Supervise(ctx, cfg, early)
 }
 
 // shell keeps an operator shell on the console, restarting it when it
@@ -220,52 +241,34 @@ func ModuleStage(name string) int {
 	return StageLate
 }
 
-// LoadModules loads the modules named in list (one per line, dependencies
-// first, as the build wrote them) for which want is true, from dir, whose
-// modules.dep gives each module's file. It returns how many loaded and
-// what failed; a module already present is not an error.
-func LoadModules(list, dir string, want func(name string) bool) (int, []error) {
-	b, err := os.ReadFile(list)
+// loadModules loads one stage's modules (see LoadConcurrently) and says
+// how it went on the console.
+func (in *Init) loadModules(list, dir, stage string, want func(name string) bool) {
+	start := time.Now()
+	mods, err := ReadModules(list, dir, want)
 	if err != nil {
-		return 0, []error{err}
+		in.printf("modules: %v", err)
 	}
-	paths := map[string]string{}
-	if dep, err := os.ReadFile(filepath.Join(dir, "modules.dep")); err == nil {
-		for _, line := range strings.Split(string(dep), "\n") {
-			p, _, ok := strings.Cut(line, ":")
-			if ok {
-				base := strings.TrimSuffix(filepath.Base(p), ".ko")
-				paths[strings.ReplaceAll(base, "-", "_")] = filepath.Join(dir, p)
-			}
-		}
+	res := LoadConcurrently(mods, runtime.NumCPU(), finitModule)
+	line, errs := ModuleSummary(res, time.Since(start))
+	for _, e := range errs {
+		in.printf("module: %v", e)
 	}
-	n := 0
-	var errs []error
-	for _, name := range strings.Fields(string(b)) {
-		if !want(name) {
-			continue
-		}
-		p, ok := paths[name]
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: not in modules.dep", name))
-			continue
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		err = unix.FinitModule(int(f.Fd()), "", 0)
-		f.Close()
-		switch {
-		case err == nil:
-			n++
-		case errors.Is(err, unix.EEXIST):
-		default:
-			errs = append(errs, fmt.Errorf("%s: %w", name, err))
-		}
+	in.printf("%s: %s", stage, line)
+}
+
+// finitModule loads one module file into the kernel.
+func finitModule(m Module) error {
+	f, err := os.Open(m.Path)
+	if err != nil {
+		return err
 	}
-	return n, errs
+	defer f.Close()
+	err = unix.FinitModule(int(f.Fd()), "", 0)
+	if errors.Is(err, unix.EEXIST) {
+		return errAlreadyLoaded
+	}
+	return err
 }
 
 // network configures the interface.
@@ -328,10 +331,12 @@ func (in *Init) mountData(ctx context.Context, cfg Config) error {
 	if err := os.MkdirAll(DataMount, 0o755); err != nil {
 		return err
 	}
-	// Synchronous: every write is on the disk when it returns, so a power
-	// cut never leaves a file that was written whole (a key, a
-	// certificate, a config) empty or short. The data partition sees
-	// little traffic; SQLite syncs at commit anyway.
+	// Not synchronous by default: SQLite syncs at commit and the daemon
+	// writes its TLS key and certificate through a synced temporary file
+	// and a rename, so a power cut leaves them whole; the first start's
+	// other files are synced once the daemon answers (syncData). A
+	// synchronous mount (data.sync) made every page SQLite writes wait
+	// for a journal commit.
 	flags, how := uintptr(unix.MS_NOATIME), ""
 	if cfg.DataSync {
 		flags, how = flags|unix.MS_SYNCHRONOUS, " (sync)"
@@ -382,30 +387,23 @@ func waitVirtioPort(ctx context.Context, path string, limit time.Duration) error
 // answer, then commits a trial boot and reports the local CXL memory
 // devices; it restarts the daemon when it exits. A trial boot whose
 // daemon never answers within the health timeout reboots the box, and
-// the boot loader returns to the previous slot.
-func (in *Init) Supervise(ctx context.Context, cfg Config) error {
+// the boot loader returns to the previous slot. first, when not nil, is
+// the daemon's first run, started early and waiting at its gate.
+func (in *Init) Supervise(ctx context.Context, cfg Config, first *Daemon) error {
 	healthy := false
 	for attempt := 0; ; attempt++ {
-		cmd := exec.CommandContext(ctx, DaemonPath, cfg.DaemonArgs()...)
-		out, flush := in.stamped()
-		cmd.Stdout, cmd.Stderr = out, out
-		cmd.Env = append(os.Environ(), cfg.Env...)
-		if cfg.AdminPassword != "" {
-			cmd.Env = append(cmd.Env, "CXLPOOL_ADMIN_PASSWORD="+cfg.AdminPassword)
+		d := first
+		first = nil
+		if d == nil {
+			var err error
+			if d, err = in.StartDaemon(ctx, cfg, false); err != nil {
+				return err
+			}
+		} else {
+			d.Open()
 		}
-		in.printf("starting %s %s", DaemonPath, strings.Join(cfg.DaemonArgs(), " "))
-		if err := cmd.Start(); err != nil {
-			flush()
-			return fmt.Errorf("guest: start daemon: %w", err)
-		}
-		exited := make(chan error, 1)
-		go func() {
-			err := cmd.Wait()
-			flush()
-			exited <- err
-		}()
 		if !healthy {
-			if err := waitHealthy(ctx, cfg, exited); err != nil {
+			if err := waitHealthy(ctx, cfg, d.exited); err != nil {
 				in.printf("daemon not healthy: %v", err)
 				if in.trial(cfg) {
 					in.printf("trial boot of slot %s failed: rebooting to the previous slot", cfg.Slot)
@@ -414,13 +412,14 @@ func (in *Init) Supervise(ctx context.Context, cfg Config) error {
 			} else {
 				healthy = true
 				in.printf("daemon healthy: API up at %.2fs", uptime().Seconds())
+				syncData()
 				in.commit(cfg)
-				if in.lateModules != nil {
-					in.lateModules()
+				if in.daemonUp != nil {
+					in.daemonUp()
 				}
 			}
 		}
-		err := <-exited
+		err := <-d.exited
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
@@ -431,6 +430,93 @@ func (in *Init) Supervise(ctx context.Context, cfg Config) error {
 		case <-time.After(time.Duration(min(attempt+1, 30)) * time.Second):
 		}
 	}
+}
+
+// Daemon is one run of cxlpoold.
+type Daemon struct {
+	args   []string
+	env    []string
+	gate   *os.File // the write end of its start gate, nil once opened
+	exited chan error
+}
+
+// daemonEnv is the daemon's environment for cfg.
+func daemonEnv(cfg Config) []string {
+	env := append(os.Environ(), cfg.Env...)
+	if cfg.AdminPassword != "" {
+		env = append(env, "CXLPOOL_ADMIN_PASSWORD="+cfg.AdminPassword)
+	}
+	return env
+}
+
+// StartDaemon starts cxlpoold for cfg, its output stamped on the console.
+// A gated daemon starts up to its --start-gate and waits there, without
+// touching its data or device, until Open: the box's init starts it
+// while it loads modules and mounts the data partition, so that the
+// program's own start (a fifth of a second under emulation) overlaps
+// that work.
+func (in *Init) StartDaemon(ctx context.Context, cfg Config, gated bool) (*Daemon, error) {
+	d := &Daemon{args: cfg.DaemonArgs(), env: daemonEnv(cfg), exited: make(chan error, 1)}
+	cmd := exec.CommandContext(ctx, DaemonPath, d.args...)
+	var gate *os.File
+	if gated {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("guest: start gate: %w", err)
+		}
+		gate, d.gate = r, w
+		cmd.ExtraFiles = []*os.File{r} // descriptor 3
+		cmd.Args = append(cmd.Args, "--start-gate", "3")
+	}
+	out, flush := in.stamped()
+	cmd.Stdout, cmd.Stderr, cmd.Env = out, out, d.env
+	how := ""
+	if gated {
+		how = " (waiting for the data partition)"
+	}
+	in.printf("starting %s %s%s", DaemonPath, strings.Join(d.args, " "), how)
+	err := cmd.Start()
+	if gate != nil {
+		gate.Close()
+	}
+	if err != nil {
+		flush()
+		if d.gate != nil {
+			d.gate.Close()
+		}
+		return nil, fmt.Errorf("guest: start daemon: %w", err)
+	}
+	go func() {
+		err := cmd.Wait()
+		flush()
+		d.exited <- err
+	}()
+	return d, nil
+}
+
+// Runs reports whether d was started for cfg's daemon arguments and
+// environment.
+func (d *Daemon) Runs(cfg Config) bool {
+	return slices.Equal(d.args, cfg.DaemonArgs()) && slices.Equal(d.env, daemonEnv(cfg))
+}
+
+// Open lets a gated daemon go on.
+func (d *Daemon) Open() {
+	if d.gate != nil {
+		_, _ = d.gate.Write([]byte{1})
+		d.gate.Close()
+		d.gate = nil
+	}
+}
+
+// Withdraw ends a gated daemon that has not been let go: closing its
+// gate makes it exit before touching anything.
+func (d *Daemon) Withdraw() {
+	if d.gate != nil {
+		d.gate.Close()
+		d.gate = nil
+	}
+	<-d.exited
 }
 
 // waitHealthy polls the API's service root until it answers 200.
@@ -542,6 +628,29 @@ func (in *Init) reportCXL() {
 	if len(devs) == 0 {
 		in.printf("local CXL: no memory devices")
 	}
+}
+
+// entropyReady reports whether the kernel's random pool is initialised:
+// whether getrandom would return at once.
+func entropyReady() bool {
+	var b [1]byte
+	_, err := unix.Getrandom(b[:], unix.GRND_NONBLOCK)
+	return err == nil
+}
+
+// syncData writes what the daemon's first start left in the page cache
+// (the initial password file, settings) to the data partition. The
+// partition is not mounted synchronously: SQLite and the TLS key writer
+// sync what must survive a power cut themselves, and a synchronous mount
+// turned each of SQLite's page writes into a journal commit (a second of
+// a first start under emulation).
+func syncData() {
+	f, err := os.Open(DataMount)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = unix.Syncfs(int(f.Fd()))
 }
 
 func reboot() {

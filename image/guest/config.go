@@ -1,10 +1,10 @@
 // Package guest is the box's init (the u-root "uinit", built as
-// /bin/boxinit): it loads the kernel modules in dependency order, brings
-// up the network, mounts the data partition, links the virtio-serial
-// port of the device link, then hands the console to the operator's
-// shell while a detached supervisor runs cxlpoold, checks that it answers
-// on its API, commits a trial boot (image/update) once it does, and
-// restarts it if it dies.
+// /bin/boxinit): it loads the kernel modules (side by side, each after
+// the ones it depends on), brings up the network, mounts the data
+// partition, links the virtio-serial port of the device link, then runs
+// cxlpoold under a supervisor that checks that it answers on its API,
+// commits a trial boot (image/update) once it does, and restarts it if it
+// dies; once it answers, the console gets the operator's shell.
 //
 // Configuration comes from three places, later ones winning:
 //
@@ -41,7 +41,7 @@ net.iface = eth0
 net.address = 10.0.2.15/24
 net.gateway = 10.0.2.2
 health.timeout = 180s
-data.sync = true
+data.sync = false
 daemon.env = GOGC=400
 `
 
@@ -52,6 +52,9 @@ const DataConfigTemplate = `# cxlpool settings for this box; they override /etc/
 # listen = 0.0.0.0:8443
 # net.address = 192.168.1.50/24
 # net.gateway = 192.168.1.1
+# net.hostname = cxlpool-1
+# ntp.enabled = true
+# ntp.servers = 192.168.1.1 pool.ntp.org
 # admin-password = (first start only; otherwise one is generated and shown on the console)
 `
 
@@ -72,7 +75,12 @@ type Config struct {
 	Bare          bool          // only the shell: the boot-time baseline
 	Extra         []string      // more daemon flags (daemon.args)
 	Env           []string      // more daemon environment, KEY=VALUE (daemon.env)
-	DataSync      bool          // mount the data partition synchronously (data.sync)
+	DataSync      bool          // mount the data partition synchronously (data.sync; slow, and not needed for the daemon's files)
+	// Host name and time: the daemon applies them (cmd/cxlpoold) and
+	// changes them through the Redfish API (settings.go).
+	HostName   string   // net.hostname; empty: the kernel's default
+	NTPEnabled bool     // ntp.enabled
+	NTPServers []string // ntp.servers, space-separated
 }
 
 // Apply sets key to value.
@@ -111,6 +119,12 @@ func (c *Config) Apply(key, value string) error {
 		c.DataSync, err = strconv.ParseBool(value)
 	case "daemon.env":
 		c.Env = strings.Fields(value)
+	case "net.hostname":
+		c.HostName = value
+	case "ntp.enabled":
+		c.NTPEnabled, err = strconv.ParseBool(value)
+	case "ntp.servers":
+		c.NTPServers = strings.Fields(value)
 	default:
 		return fmt.Errorf("guest: unknown setting %q", key)
 	}

@@ -22,7 +22,7 @@ func TestConfigLayers(t *testing.T) {
 	}
 	want := Config{Device: "tty:/dev/ttyUSB0?baud=115200", Listen: "0.0.0.0:8443", HTTP: true, Data: "/data/cxlpool",
 		LogLevel: "info", Disk: "/dev/vda", NetIface: "eth0", NetAddress: "192.168.1.50/24", NetGateway: "10.0.2.2",
-		HealthTimeout: 180 * time.Second, DataSync: true, Env: []string{"GOGC=400"}, AdminPassword: "s3cret-Passw0rd", Slot: "b", Extra: []string{"--sim-heads=4"}}
+		HealthTimeout: 180 * time.Second, DataSync: false, Env: []string{"GOGC=400"}, AdminPassword: "s3cret-Passw0rd", Slot: "b", Extra: []string{"--sim-heads=4"}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
 	}

@@ -60,7 +60,12 @@ type VM struct {
 // Args returns QEMU's command line for opt.
 func Args(opt Options) []string {
 	args := []string{
-		"-M", "q35,cxl=on,cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G", "-accel", "tcg", "-smp", "2",
+		// RDRAND, as on the x86 boards the box runs on: with it (and
+		// Debian's RANDOM_TRUST_CPU) the kernel's random pool is ready at
+		// boot. Without it the pool waits for timer jitter, over a
+		// second under TCG, and the daemon's first random numbers
+		// (SQLite, TLS) wait with it.
+		"-M", "q35,cxl=on,cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G", "-accel", "tcg", "-cpu", "qemu64,+rdrand", "-smp", "2",
 		"-m", "4G,maxmem=8G,slots=8", "-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot",
 		"-kernel", opt.Kernel, "-initrd", opt.Initrd, "-append", "console=ttyS0 panic=-1 " + opt.Append,
 		// Every PCI device sits on pcie.0 explicitly: QEMU would otherwise

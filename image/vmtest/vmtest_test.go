@@ -3,21 +3,26 @@ package vmtest
 import (
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"cxlpool/image/build"
 	"cxlpool/image/manifest"
@@ -26,12 +31,15 @@ import (
 
 // Redfish URIs the test reads (see api/uris.go).
 const (
-	serviceRoot    = "/redfish/v1"
-	dcdURI         = "/redfish/v1/Chassis/Pool/PCIeDevices/DCD"
-	systemsURI     = "/redfish/v1/Systems"
-	chunksURI      = "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks"
-	connectionsURI = "/redfish/v1/Fabrics/CXL/Connections"
-	endpointsURI   = "/redfish/v1/Fabrics/CXL/Endpoints"
+	serviceRoot      = "/redfish/v1"
+	dcdURI           = "/redfish/v1/Chassis/Pool/PCIeDevices/DCD"
+	systemsURI       = "/redfish/v1/Systems"
+	chunksURI        = "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks"
+	connectionsURI   = "/redfish/v1/Fabrics/CXL/Connections"
+	endpointsURI     = "/redfish/v1/Fabrics/CXL/Endpoints"
+	managerURI       = "/redfish/v1/Managers/FM"
+	updateServiceURI = "/redfish/v1/UpdateService"
+	firmwareInvURI   = updateServiceURI + "/FirmwareInventory"
 )
 
 // env is what every boot shares: the image, the trusted keys, the cxlsim
@@ -173,12 +181,16 @@ func (e *env) client(pw string) *client {
 }
 
 func (c *client) do(method, path string, body any) (int, map[string]any, http.Header, error) {
+	return c.doContext(c.e.ctx, method, path, body)
+}
+
+func (c *client) doContext(ctx context.Context, method, path string, body any) (int, map[string]any, http.Header, error) {
 	var rd io.Reader
 	if body != nil {
 		b, _ := json.Marshal(body)
 		rd = bytes.NewReader(b)
 	}
-	req, err := http.NewRequestWithContext(c.e.ctx, method, fmt.Sprintf("https://127.0.0.1:%d%s", c.e.port, path), rd)
+	req, err := http.NewRequestWithContext(ctx, method, fmt.Sprintf("https://127.0.0.1:%d%s", c.e.port, path), rd)
 	if err != nil {
 		return 0, nil, nil, err
 	}
@@ -216,22 +228,43 @@ func (c *client) must(method, path string, body any, want ...int) (map[string]an
 }
 
 // waitAPI polls the service root until it answers 200 and returns when.
+// A new attempt starts every 50 ms whatever the earlier ones are doing:
+// until the guest's network is up, QEMU's user networking holds a
+// forwarded connection (its SYN to the guest is lost and retried on its
+// own timer), and a poller that waited for each attempt in turn measured
+// that timer, up to a second late, instead of the box.
 func (e *env) waitAPI(vm *VM) time.Duration {
 	e.t.Helper()
 	c := e.client("")
-	c.http.Timeout = time.Second
-	deadline := time.Now().Add(3 * time.Minute)
+	c.http.Timeout = time.Second // an attempt held by QEMU ends before QEMU retries it
+	ctx, cancel := context.WithCancel(e.ctx)
+	defer cancel()
+	up := make(chan time.Duration, 1)
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	deadline := time.After(3 * time.Minute)
 	for {
-		if st, _, _, err := c.do(http.MethodGet, serviceRoot, nil); err == nil && st == http.StatusOK {
-			return time.Since(vm.Started)
+		go func() {
+			if st, _, _, err := c.doContext(ctx, http.MethodGet, serviceRoot, nil); err == nil && st == http.StatusOK {
+				select {
+				case up <- time.Since(vm.Started):
+				default:
+				}
+			}
+		}()
+		select {
+		case d := <-up:
+			return d
+		case <-tick.C:
+		case <-deadline:
+			e.t.Fatalf("API never answered; console:\n%s", tail(vm.Console(), 3000))
 		}
 		if vm.Exited() {
 			e.t.Fatalf("qemu exited before the API answered; console:\n%s", tail(vm.Console(), 3000))
 		}
-		if e.ctx.Err() != nil || time.Now().After(deadline) {
+		if e.ctx.Err() != nil {
 			e.t.Fatalf("API never answered; console:\n%s", tail(vm.Console(), 3000))
 		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -243,7 +276,7 @@ func tail(s string, n int) string {
 }
 
 // timelineRE picks the guest's boot milestones (stamped with its uptime).
-var timelineRE = regexp.MustCompile(`\[ *[0-9.]+\] (cxlpool: (init at|ready at|starting|daemon healthy|\d+ early)[^\n]*|Run /init[^\n]*|time=\S+ level=INFO msg="exports disabled[^\n]*)`)
+var timelineRE = regexp.MustCompile(`\[ *[0-9.]+\] (cxlpool: (init at|ready at|starting|daemon healthy|early:|data partition|random pool)[^\n]*|Run /init[^\n]*|time=\S+ level=INFO msg=started [^\n]*)`)
 
 var passwordRE = regexp.MustCompile(`initial Redfish account: user admin, password (\S+) `)
 
@@ -290,6 +323,7 @@ func TestVM(t *testing.T) {
 	}
 	// Two runs, the faster counts: other work on the machine skews TCG.
 	var bare time.Duration
+	var bareTimeline []string
 	for i := 0; i < 2; i++ {
 		vm, err := Start(Options{Dir: e.dir, Kernel: filepath.Join(e.img, "vmlinux"), Initrd: filepath.Join(e.img, update.PartInitramfs),
 			Disk: bareDisk, Append: "cxlpool.bare=1", DeviceAddr: e.simAddr, APIPort: e.port})
@@ -299,6 +333,7 @@ func TestVM(t *testing.T) {
 		waitFor(vm, `bare boot at`, 0)
 		if d := time.Since(vm.Started); bare == 0 || d < bare {
 			bare = d
+			bareTimeline = regexp.MustCompile(`\[ *[0-9.]+\] (Run /init|cxlpool: bare boot at)[^\n]*`).FindAllString(vm.Console(), -1)
 		}
 		vm.Kill()
 	}
@@ -311,6 +346,12 @@ func TestVM(t *testing.T) {
 	}
 	apiUp := e.waitAPI(vm)
 	ratio := float64(apiUp) / float64(bare)
+	for _, l := range bareTimeline {
+		t.Logf("bare guest timeline: %s", strings.TrimSpace(l))
+	}
+	for _, l := range timelineRE.FindAllString(vm.Console(), -1) {
+		t.Logf("boot1 guest timeline: %s", strings.TrimSpace(l))
+	}
 	t.Logf("boot to shell (bare kernel+u-root): %v; first boot to API 200 (creates accounts, TLS key): %v; ratio %.2f (goal <= 1.5)",
 		bare.Round(10*time.Millisecond), apiUp.Round(10*time.Millisecond), ratio)
 	m, _ := waitFor(vm, passwordRE.String(), 0)
@@ -402,12 +443,18 @@ func urlPath(loc string) (string, error) {
 // key: a new release as far as the updater can tell.
 func (e *env) resign(t *testing.T, version string, sv uint64) []byte {
 	t.Helper()
+	return e.sign(t, version, sv, filepath.Join(e.img, update.PartInitramfs))
+}
+
+// sign makes a bundle of the built kernel and the given initramfs.
+func (e *env) sign(t *testing.T, version string, sv uint64, initramfs string) []byte {
+	t.Helper()
 	priv, _, err := manifest.LoadOrCreateSigningKey(os.Getenv("IMAGE_SIGNING_KEY"), filepath.Join(repoRoot(t), "image", ".keys", "dev-signing.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	files := []manifest.BundlePart{{Name: update.PartKernel, Path: filepath.Join(e.img, update.PartKernel)},
-		{Name: update.PartInitramfs, Path: filepath.Join(e.img, update.PartInitramfs)}}
+		{Name: update.PartInitramfs, Path: initramfs}}
 	m := &manifest.Manifest{Product: "cxlpool", Version: version, SecurityVersion: sv, Created: time.Now().UTC().Truncate(time.Second)}
 	for _, f := range files {
 		p, err := manifest.HashFile(f.Name, f.Path)
@@ -583,6 +630,7 @@ func (e *env) updateScenario(t *testing.T, vm *VM, disk string, c *client, grant
 	}
 	t.Logf("boot to API, fastest of the 4 restarts: %v = %.2f× the bare boot %v (goal <= 1.5)",
 		fastest.Round(10*time.Millisecond), float64(fastest)/float64(bare), bare.Round(10*time.Millisecond))
+	t.Run("redfish", func(t *testing.T) { vm = e.redfishUpdate(t, vm, disk, c, grant) })
 	vm.Kill()
 }
 
@@ -605,4 +653,240 @@ func foreignBundle(t *testing.T) []byte {
 		t.Fatal(err)
 	}
 	return buf.Bytes()
+}
+
+// newerRelease makes the bundle of a release that differs from the built
+// one where it shows: its daemon is rebuilt with version as its
+// main.version (the Manager's FirmwareVersion) and unpacked over the
+// image's initramfs (the kernel takes concatenated cpio archives, later
+// files replacing earlier ones).
+func (e *env) newerRelease(t *testing.T, version string, sv uint64) []byte {
+	t.Helper()
+	dir := filepath.Join(e.dir, "release-"+version)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "cxlpoold")
+	cmd := exec.CommandContext(e.ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", bin, "./cmd/cxlpoold")
+	cmd.Dir = repoRoot(t)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build cxlpoold %s: %v\n%s", version, err, out)
+	}
+	initramfs := filepath.Join(dir, update.PartInitramfs)
+	copyFile(t, filepath.Join(e.img, update.PartInitramfs), initramfs)
+	f, err := os.OpenFile(initramfs, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw := gzip.NewWriter(f)
+	err = writeCPIO(zw, map[string]string{"bin/cxlpoold": bin})
+	if err == nil {
+		err = zw.Close()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.sign(t, version, sv, initramfs)
+}
+
+// writeCPIO writes an initramfs archive (cpio "newc", as the kernel reads
+// it) of executable files: archive path → file on the host.
+func writeCPIO(w io.Writer, files map[string]string) error {
+	entry := func(ino int, name string, mode uint32, data []byte) error {
+		hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
+			ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
+		b := append([]byte(hdr), name...)
+		b = append(b, 0)
+		b = append(b, make([]byte, (4-len(b)%4)%4)...)
+		b = append(b, data...)
+		b = append(b, make([]byte, (4-len(data)%4)%4)...)
+		_, err := w.Write(b)
+		return err
+	}
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	for i, n := range names {
+		data, err := os.ReadFile(files[n])
+		if err != nil {
+			return err
+		}
+		if err := entry(i+1, n, 0o100755, data); err != nil {
+			return err
+		}
+	}
+	return entry(0, "TRAILER!!!", 0, nil)
+}
+
+// pushBody is a multipart push request (UpdateParameters, UpdateFile).
+func pushBody(t *testing.T, params string, bundle []byte) ([]byte, string) {
+	t.Helper()
+	var b bytes.Buffer
+	w := multipart.NewWriter(&b)
+	pw, err := w.CreatePart(map[string][]string{"Content-Disposition": {`form-data; name="UpdateParameters"`},
+		"Content-Type": {"application/json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(pw, params)
+	fw, err := w.CreateFormFile("UpdateFile", "cxlpool.bundle")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fw.Write(bundle)
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes(), w.FormDataContentType()
+}
+
+// pushUpdate posts a bundle to the MultipartHttpPushUri, wants 202 and
+// follows the task monitor until it answers otherwise; it returns that
+// answer and the task.
+func (c *client) pushUpdate(t *testing.T, uri, params string, bundle []byte) (int, map[string]any, map[string]any) {
+	t.Helper()
+	body, ct := pushBody(t, params, bundle)
+	req, err := http.NewRequestWithContext(c.e.ctx, http.MethodPost, fmt.Sprintf("https://127.0.0.1:%d%s", c.e.port, uri), bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(c.user, c.pw)
+	req.Header.Set("Content-Type", ct)
+	// The answer comes once the whole image has streamed into the slot.
+	hc := &http.Client{Timeout: 5 * time.Minute, Transport: c.http.Transport}
+	resp, err := hc.Do(req)
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	var accepted map[string]any
+	json.NewDecoder(resp.Body).Decode(&accepted)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusAccepted {
+		t.Fatalf("push: got status %d, want 202: %v", resp.StatusCode, accepted)
+	}
+	mon, err := urlPath(resp.Header.Get("Location"))
+	if err != nil {
+		t.Fatalf("push: task monitor: %v", err)
+	}
+	task, _ := accepted["@odata.id"].(string)
+	for i := 0; ; i++ {
+		st, m, _, err := c.do(http.MethodGet, mon, nil)
+		if err != nil {
+			t.Fatalf("task monitor: %v", err)
+		}
+		if st == http.StatusAccepted && i < 1200 {
+			time.Sleep(250 * time.Millisecond)
+			continue
+		}
+		tm, _ := c.must(http.MethodGet, task, nil, http.StatusOK)
+		return st, m, tm
+	}
+}
+
+// slotsView is what FirmwareInventory says of both image slots.
+func (c *client) slotsView(t *testing.T) map[string]map[string]any {
+	t.Helper()
+	out := map[string]map[string]any{}
+	for _, id := range []string{"Image-A", "Image-B"} {
+		m, _ := c.must(http.MethodGet, firmwareInvURI+"/"+id, nil, http.StatusOK)
+		delete(m, "@odata.etag")
+		out[id] = m
+	}
+	return out
+}
+
+// redfishUpdate updates the box through the Redfish UpdateService, as an
+// administrator would: a refused (older) image first, which must leave
+// both slots as they were, then a newer release into the inactive slot,
+// a reset, its trial boot and commit. vm runs slot b (0.2.0-vmtest,
+// minimum security version 2); the running VM is returned.
+func (e *env) redfishUpdate(t *testing.T, vm *VM, disk string, c *client, grant string) *VM {
+	const version = "0.3.0-vmtest"
+	us, _ := c.must(http.MethodGet, updateServiceURI, nil, http.StatusOK)
+	push, _ := us["MultipartHttpPushUri"].(string)
+	if push == "" {
+		t.Fatalf("UpdateService offers no MultipartHttpPushUri: %v", us)
+	}
+	before := c.slotsView(t)
+
+	// Refused: older than the box's minimum security version.
+	st, errBody, task := c.pushUpdate(t, push, `{"@Redfish.OperationApplyTime":"OnReset"}`, e.resign(t, "0.1.9-old", 1))
+	ext, _ := errBody["error"].(map[string]any)["@Message.ExtendedInfo"].([]any)
+	var ids, text []string
+	for _, m := range ext {
+		mm, _ := m.(map[string]any)
+		id, _ := mm["MessageId"].(string)
+		msg, _ := mm["Message"].(string)
+		res, _ := mm["Resolution"].(string)
+		ids = append(ids, id)
+		text = append(text, msg+" "+res)
+	}
+	if st != http.StatusBadRequest || !slices.ContainsFunc(ids, func(id string) bool {
+		return regexp.MustCompile(`^Update\.1\.\d+\.VerificationFailed$`).MatchString(id)
+	}) || !strings.Contains(strings.Join(text, " "), "older than allowed") {
+		t.Errorf("older image: got %d %v %q, want 400 Update VerificationFailed saying it is older than allowed", st, ids, text)
+	}
+	if task["TaskState"] != "Exception" {
+		t.Errorf("older image: task state %v, want Exception", task["TaskState"])
+	}
+	if diff := cmp.Diff(before, c.slotsView(t)); diff != "" {
+		t.Errorf("a refused image changed the slots (-before +after):\n%s", diff)
+	}
+	t.Logf("refused an older image over Redfish: %d %v", st, ids)
+
+	// The newer release: written to slot a, tried after the reset.
+	bundle := e.newerRelease(t, version, 3)
+	start := time.Now()
+	st, res, task := c.pushUpdate(t, push, `{"@Redfish.OperationApplyTime":"OnReset"}`, bundle)
+	if st != http.StatusOK || task["TaskState"] != "Completed" || task["PercentComplete"] != float64(100) {
+		t.Fatalf("push %s: monitor %d %v, task %v %v, want 200 Completed 100", version, st, res, task["TaskState"], task["PercentComplete"])
+	}
+	t.Logf("pushed %s (%d MB) over Redfish in %v", version, len(bundle)>>20, time.Since(start).Round(100*time.Millisecond))
+	slots := c.slotsView(t)
+	a, b := slots["Image-A"], slots["Image-B"]
+	oemA, _ := a["Oem"].(map[string]any)["CxlPool"].(map[string]any)
+	if a["Version"] != version || oemA["Trial"] != true || oemA["State"] != "ready" || a["Active"] != false {
+		t.Errorf("Image-A after the push: %v, want %s ready on trial, not active", a, version)
+	}
+	if b["Version"] != "0.2.0-vmtest" || b["Active"] != true {
+		t.Errorf("Image-B after the push: %v, want the running 0.2.0-vmtest", b)
+	}
+
+	// Reset: the firmware (this test) boots the trial.
+	vm.Kill()
+	vm, bt := e.boot(disk, "redfish-trial")
+	if bt.Slot != update.SlotA || !bt.Trial || bt.Manifest.Version != version {
+		t.Fatalf("after the Redfish update: booted slot %s version %s trial %v, want a %s on trial", bt.Slot, bt.Manifest.Version, bt.Trial, version)
+	}
+	ctx, cancel := context.WithTimeout(e.ctx, 4*time.Minute)
+	defer cancel()
+	if _, _, err := vm.WaitConsole(ctx, regexp.MustCompile(`slot a committed`), 0); err != nil {
+		t.Fatalf("%v; console:\n%s", err, tail(vm.Console(), 3000))
+	}
+	e.waitAPI(vm)
+	mgr, _ := c.must(http.MethodGet, managerURI, nil, http.StatusOK)
+	if mgr["FirmwareVersion"] != version {
+		t.Errorf("Manager FirmwareVersion after the update: got %v, want %s", mgr["FirmwareVersion"], version)
+	}
+	c.must(http.MethodGet, grant, nil, http.StatusOK)
+	d, err := update.Open(disk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc, err := d.State()
+	d.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bc.Active != update.SlotA || bc.Trial != "" || bc.MinSecurityVersion != 3 || bc.B.State != update.StateReady {
+		t.Errorf("boot control after the Redfish update: %+v, want a active, minimum security version 3, b kept ready", bc)
+	}
+	t.Logf("Redfish update: %s committed in slot a, Manager FirmwareVersion %v, grant %s intact", version, mgr["FirmwareVersion"], grant)
+	return vm
 }
