@@ -13,6 +13,11 @@
 // transfer, and presenting the data as an io.ReadWriteCloser that
 // serial.NewLink frames MCTP packets on.
 //
+// Open logs the bridge it opened (its sysfs interface name, e.g. 1-1:1.0)
+// and the kernel driver it detached (ftdi_sio), read from
+// /sys/bus/usb/devices before the claim; the box's image is built with
+// cgo for it (image/README.md, "The USB device link").
+//
 // Building Open needs libusb-1.0 headers (Debian: libusb-1.0-0-dev,
 // pkg-config) and, at run time, write access to /dev/bus/usb/BBB/DDD.
 package usblink

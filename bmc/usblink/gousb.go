@@ -44,11 +44,21 @@ func Open(cfg Config) (*Port, error) {
 		return nil, fmt.Errorf("usblink: open %04x:%04x %q: %w", cfg.VID, cfg.PID, cfg.Serial, err)
 	}
 	g := &gousbDevice{ctx: uctx, dev: dev}
+	// Which kernel driver held the bridge (ftdi_sio, as a ttyUSB), for
+	// the log: claim detaches it.
+	intf := InterfaceName(dev.Desc.Bus, dev.Desc.Path, 1, 0)
+	held := KernelDriver(SysfsUSB, intf)
 	if err := g.claim(); err != nil {
 		_ = g.Close()
 		return nil, fmt.Errorf("usblink: open %04x:%04x: %w", cfg.VID, cfg.PID, err)
 	}
-	return newPort(g, cfg)
+	p, err := newPort(g, cfg)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Logger.Info("usblink: bridge open", "usb", fmt.Sprintf("%04x:%04x", cfg.VID, cfg.PID), "interface", intf,
+		"bus", dev.Desc.Bus, "address", dev.Desc.Address, "detached", held, "baud", cfg.Baud, "max_packet", g.MaxPacket())
+	return p, nil
 }
 
 func serialOf(d *gousb.Device) string {

@@ -195,16 +195,21 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 
-	// Our two programs, static and stripped.
+	// Our two programs, stripped. boxinit is static. cxlpoold is built
+	// with cgo, dynamically linked, for its USB device link (bmc/usblink:
+	// libusb through gousb): u-root copies the libraries ldd names (libc,
+	// libusb-1.0, libudev, the dynamic loader) into the initramfs next to
+	// it (+1.2 MB gzipped). netgo and osusergo keep the resolver and user
+	// lookups in Go, so no NSS modules are needed.
 	bins := filepath.Join(work, "bin")
 	ldflags := "-s -w -X main.version=" + cfg.Version
-	for _, p := range []struct{ pkg, out string }{{"./cmd/cxlpoold", "cxlpoold"}, {"./image/cmd/boxinit", "boxinit"}} {
-		if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=0"}, "go", "build", "-trimpath", "-ldflags", ldflags,
-			"-o", filepath.Join(bins, p.out), p.pkg); err != nil {
+	for _, p := range []struct{ pkg, out, cgo string }{{"./cmd/cxlpoold", "cxlpoold", "1"}, {"./image/cmd/boxinit", "boxinit", "0"}} {
+		if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=" + p.cgo}, "go", "build", "-trimpath", "-tags", "netgo,osusergo",
+			"-ldflags", ldflags, "-o", filepath.Join(bins, p.out), p.pkg); err != nil {
 			return nil, err
 		}
 	}
-	log.Info("built cxlpoold and boxinit")
+	log.Info("built cxlpoold (cgo, for USB links) and boxinit")
 
 	// u-root: busybox of core commands, init, our files.
 	uroot := filepath.Join(work, "u-root")
@@ -333,13 +338,18 @@ func run(ctx context.Context, cfg Config, dir string, env []string, name string,
 	return nil
 }
 
-// ensureTools checks for xz and mke2fs, installing them when allowed.
+// ensureTools checks for xz and mke2fs, and for what the daemon's cgo
+// build needs (a C compiler, pkg-config, libusb-1.0's headers),
+// installing them when allowed.
 func ensureTools(ctx context.Context, cfg Config) error {
 	var missing []string
-	for tool, pkg := range map[string]string{"xz": "xz-utils", "mke2fs": "e2fsprogs"} {
+	for tool, pkg := range map[string]string{"xz": "xz-utils", "mke2fs": "e2fsprogs", "gcc": "gcc", "pkg-config": "pkg-config"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, pkg)
 		}
+	}
+	if exec.CommandContext(ctx, "pkg-config", "--exists", "libusb-1.0").Run() != nil {
+		missing = append(missing, "libusb-1.0-0-dev")
 	}
 	if len(missing) == 0 {
 		return nil

@@ -117,6 +117,7 @@ func (in *Init) Main(ctx context.Context) error {
 	// wait for the rest (CXL memory devices, USB serial, other NICs).
 	mods := "/lib/modules/" + kernelRelease()
 	stage := func(st int) func(string) bool { return func(name string) bool { return ModuleStage(name) == st } }
+	usb := in.startUSBLink(ctx, cfg, mods)
 	in.loadModules(ModulesList, mods, "early", stage(StageEarly))
 	// What the daemon's start does not need waits until the daemon
 	// answers (or a while): the other modules, whose probing would
@@ -163,6 +164,11 @@ func (in *Init) Main(ctx context.Context) error {
 	}
 	if strings.HasPrefix(cfg.Device, "virtio:") {
 		if err := waitVirtioPort(ctx, strings.TrimPrefix(cfg.Device, "virtio:"), 10*time.Second); err != nil {
+			in.printf("device link: %v", err)
+		}
+	}
+	if usb = usb.forDevice(ctx, in, cfg, mods); usb != nil {
+		if err := <-usb.done; err != nil {
 			in.printf("device link: %v", err)
 		}
 	}

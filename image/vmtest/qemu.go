@@ -2,7 +2,8 @@
 // no usable KVM) with the hardware the box expects: an emulated CXL
 // Type-3 memory device behind a CXL host bridge with two root ports, the
 // virtual box's device link carried from a cxlsim on the host over a
-// virtio-serial port, the disk on virtio-blk and user networking with the
+// virtio-serial port (or, with Options.DeviceUSB, an emulated FTDI USB
+// serial adapter on xHCI), the disk on virtio-blk and user networking with the
 // API port forwarded. The boot loader's part (image/update SelectBoot:
 // pick the slot, verify it, extract its kernel and initramfs) runs on the
 // host before each QEMU start, as firmware would.
@@ -36,6 +37,10 @@ type Options struct {
 	// DeviceAddr is the host:port of the cxlsim the device link connects
 	// to ("" for none).
 	DeviceAddr string
+	// DeviceUSB carries the device link over an emulated USB serial
+	// adapter (usb-serial, an FTDI FT232 0403:6001, on a qemu-xhci
+	// controller) instead of the virtio-serial port cxlpool.mctp.
+	DeviceUSB bool
 	// UpdateSocket, when set, adds the maintenance port (cxlpool.update)
 	// as a Unix socket QEMU listens on.
 	UpdateSocket string
@@ -85,8 +90,12 @@ func Args(opt Options) []string {
 	}
 	if opt.DeviceAddr != "" {
 		host, port, _ := splitHostPort(opt.DeviceAddr)
-		args = append(args, "-chardev", "socket,id=dev,host="+host+",port="+port,
-			"-device", "virtserialport,chardev=dev,name=cxlpool.mctp")
+		args = append(args, "-chardev", "socket,id=dev,host="+host+",port="+port)
+		if opt.DeviceUSB {
+			args = append(args, "-device", "qemu-xhci,id=xhci,bus=pcie.0", "-device", "usb-serial,bus=xhci.0,chardev=dev")
+		} else {
+			args = append(args, "-device", "virtserialport,chardev=dev,name=cxlpool.mctp")
+		}
 	}
 	if opt.UpdateSocket != "" {
 		args = append(args, "-chardev", "socket,id=upd,path="+opt.UpdateSocket+",server=on,wait=off",
