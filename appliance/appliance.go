@@ -27,6 +27,7 @@ import (
 	"cxlpool/internal/bytesize"
 	"cxlpool/rdma"
 	"cxlpool/rdma/dax"
+	exportstore "cxlpool/rdma/sqlite"
 	"cxlpool/rdma/tcp"
 	"cxlpool/sim"
 )
@@ -272,14 +273,24 @@ func (a *Appliance) openExports() error {
 		a.cfg.Logger.Info("exports disabled: no DAX device given for the pool's memory")
 		return nil
 	}
-	svc, err := rdma.NewService(rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"), Clock: a.cfg.Clock})
+	// Exports outlive restarts (Service.Restore says which come back).
+	st, err := exportstore.Open(context.Background(), filepath.Join(a.cfg.DataDir, exportstore.File),
+		exportstore.Options{Logger: a.cfg.Logger, Clock: a.cfg.Clock})
 	if err != nil {
 		mem.Close()
 		return fmt.Errorf("appliance: %w", err)
 	}
+	svc, err := rdma.NewService(rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
+		Clock: a.cfg.Clock, Store: st})
+	if err != nil {
+		mem.Close()
+		st.Close()
+		return fmt.Errorf("appliance: %w", err)
+	}
 	a.Exports = svc
-	// Closers run in reverse: revoke every export, then unmap.
-	a.closers = append(a.closers, mem.Close, func() error { return svc.Close(context.Background()) })
+	// Closers run in reverse: revoke every export (keeping the records),
+	// unmap, close the store.
+	a.closers = append(a.closers, st.Close, mem.Close, func() error { return svc.Close(context.Background()) })
 	return nil
 }
 
@@ -307,6 +318,12 @@ func (a *Appliance) Start(ctx context.Context) error {
 		return nil
 	}
 	changes, unsubscribe := a.Manager.Subscribe(256)
+	// The ledger now agrees with the device: bring back the exports whose
+	// capacity the same grant held all along, before anyone can connect.
+	// A failure leaves the others' records for the next start.
+	if _, err := a.Exports.Restore(ctx); err != nil {
+		a.cfg.Logger.Warn("restoring exports", "err", err)
+	}
 	go a.Exports.Run(ctx, changes)
 	a.closers = append(a.closers, func() error { unsubscribe(); return nil })
 	if a.cfg.ExportListen == "" {

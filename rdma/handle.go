@@ -9,6 +9,7 @@ import (
 	"time"
 	"unsafe"
 
+	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 )
 
@@ -65,13 +66,14 @@ type segment struct {
 // Handle is a live export as transports see it: its bytes, mapped, behind
 // the checks every access must pass. Methods are safe for concurrent use.
 type Handle struct {
-	exp     Export // Token zeroed
-	token   Token
-	extents []cci.Extent // the device extents behind the export, in export order
-	segs    []segment
-	size    uint64
-	expiry  int64 // unix ns; 0: never
-	clock   func() time.Time
+	exp       Export // Token zeroed
+	tokenHash TokenHash
+	grants    []dcd.GrantID // the grants that held the capacity at creation (Record.Grants)
+	extents   []cci.Extent  // the device extents behind the export, in export order
+	segs      []segment
+	size      uint64
+	expiry    int64 // unix ns; 0: never
+	clock     func() time.Time
 
 	g      gate
 	ctx    context.Context
@@ -98,9 +100,10 @@ func (h *Handle) Traffic() Traffic {
 		BytesRead: h.bytesRead.Load(), BytesWritten: h.bytesWritten.Load()}
 }
 
-// newHandle maps exp's part of extents (already in export order).
-func newHandle(exp Export, extents []cci.Extent, mem Memory, clock func() time.Time) (*Handle, error) {
-	h := &Handle{exp: exp, token: exp.Token, extents: extents, size: exp.Length, clock: clock}
+// newHandle maps exp's part of extents (already in export order); hash is
+// its token's hash.
+func newHandle(exp Export, hash TokenHash, extents []cci.Extent, mem Memory, clock func() time.Time) (*Handle, error) {
+	h := &Handle{exp: exp, tokenHash: hash, extents: extents, size: exp.Length, clock: clock}
 	h.exp.Token = Token{}
 	if !exp.Expiry.IsZero() {
 		h.expiry = exp.Expiry.UnixNano()

@@ -8,7 +8,9 @@
 // mmap of the virtual box's memfd, or of a DAX device on hardware, see
 // rdma/dax), the Handle through which a transport touches one export's
 // bytes, and the Service that creates, lists and revokes exports against
-// the dcd ledger and keeps them consistent with grants. Transports live in
+// the dcd ledger and keeps them consistent with grants (with a Store, such
+// as rdma/sqlite, exports outlive a restart: see Service.Restore; only
+// tokens' SHA-256 is ever kept). Transports live in
 // rdma/tcp (with its client rdma/client) and rdma/verbs; the wire format is
 // rdma/wire.
 //

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -53,6 +55,12 @@ type Config struct {
 	// waits for in-flight accesses (default 10 s); the export refuses new
 	// ones at once either way.
 	DrainTimeout time.Duration
+	// Store, if set, keeps exports across restarts (see Restore): Create
+	// saves each one before returning it, Revoke deletes its record
+	// before revoking, and revocations the service decides itself
+	// (release, expiry, capacity change) delete it after. Close keeps the
+	// records.
+	Store Store
 }
 
 // Service is the registry of exports. It creates them against the ledger,
@@ -63,9 +71,9 @@ type Service struct {
 	cfg Config
 	log *slog.Logger
 
-	// decoy is compared against when a presented export does not exist,
-	// so refusals cost the same whether or not it does.
-	decoy Token
+	// decoy is the hash compared against when a presented export does
+	// not exist, so refusals cost the same whether or not it does.
+	decoy TokenHash
 
 	mu      sync.RWMutex
 	exports map[ExportID]*Handle
@@ -124,7 +132,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 	if !r.Expiry.IsZero() && !r.Expiry.After(now) {
 		return Export{}, fmt.Errorf("rdma: expiry %s is not in the future: %w", r.Expiry.Format(time.RFC3339), ErrInvalid)
 	}
-	extents, err := s.chunkExtents(ctx, r.Chunk)
+	extents, granted, err := s.chunkExtents(ctx, r.Chunk)
 	if err != nil {
 		return Export{}, err
 	}
@@ -148,42 +156,65 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 		return Export{}, fmt.Errorf("rdma: random: %w", err)
 	}
 	exp.ID = ExportID(hex.EncodeToString(id[:]))
-	h, err := newHandle(exp, extents, s.cfg.Memory, s.cfg.Clock)
+	h, err := newHandle(exp, HashToken(exp.Token), extents, s.cfg.Memory, s.cfg.Clock)
 	if err != nil {
 		return Export{}, err
 	}
-	s.mu.Lock()
-	switch {
-	case s.closed:
-		err = fmt.Errorf("rdma: service closed: %w", ErrInvalid)
-	case len(s.exports) >= s.cfg.MaxExports:
-		err = ErrTooMany
-	case s.exports[exp.ID] != nil:
-		err = fmt.Errorf("rdma: export ID collision, retry: %w", dcd.ErrConflict)
-	default:
-		s.exports[exp.ID] = h
-		if s.byChunk[exp.Chunk] == nil {
-			s.byChunk[exp.Chunk] = map[ExportID]*Handle{}
-		}
-		s.byChunk[exp.Chunk][exp.ID] = h
+	for _, g := range granted {
+		h.grants = append(h.grants, g.ID)
 	}
-	s.mu.Unlock()
-	if err != nil {
+	if err := s.register(h); err != nil {
 		return Export{}, err
 	}
 	// A release may have been recorded between reading the grants and
 	// registering the export, and its notification already handled:
 	// check again now that a notification would find the export.
 	if err := s.check(ctx, exp.Chunk); err != nil || h.Revoked() {
-		_ = s.Revoke(context.WithoutCancel(ctx), exp.ID)
+		_ = s.drop(context.WithoutCancel(ctx), exp.ID)
 		if err == nil {
 			err = ErrNoExtents
 		}
 		return Export{}, fmt.Errorf("rdma: export chunk %d: %w", exp.Chunk, err)
 	}
+	if s.cfg.Store != nil {
+		// Saved only now that it passed the check; if the service
+		// revoked it meanwhile (its drop may have deleted the record
+		// before this save), delete the record again: revocation
+		// cancels the handle before deleting, so one of the two sees
+		// the other.
+		err := s.cfg.Store.Save(ctx, h.record())
+		if err == nil && h.Revoked() {
+			err = ErrNoExtents
+		}
+		if err != nil {
+			_ = s.drop(context.WithoutCancel(ctx), exp.ID)
+			return Export{}, fmt.Errorf("rdma: export chunk %d: save: %w", exp.Chunk, err)
+		}
+	}
 	s.log.Info("export created", "export", exp.ID, "chunk", exp.Chunk, "client", exp.Client,
 		"perms", exp.Perms.String(), "offset", exp.Offset, "bytes", exp.Length)
 	return exp, nil
+}
+
+// register makes h a live export.
+func (s *Service) register(h *Handle) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, chunk := h.exp.ID, h.exp.Chunk
+	switch {
+	case s.closed:
+		return fmt.Errorf("rdma: service closed: %w", ErrInvalid)
+	case len(s.exports) >= s.cfg.MaxExports:
+		return ErrTooMany
+	case s.exports[id] != nil:
+		return fmt.Errorf("rdma: export ID collision, retry: %w", dcd.ErrConflict)
+	}
+	s.exports[id] = h
+	if s.byChunk[chunk] == nil {
+		s.byChunk[chunk] = map[ExportID]*Handle{}
+	}
+	s.byChunk[chunk][id] = h
+	return nil
 }
 
 func validClient(c string) error {
@@ -195,21 +226,23 @@ func validClient(c string) error {
 
 // chunkExtents is the chunk's capacity on the device as the ledger knows
 // it: the extents of its granted grants (shared grants name the same
-// extents), ordered by shared sequence, then DPA.
-func (s *Service) chunkExtents(ctx context.Context, id dcd.ChunkID) ([]cci.Extent, error) {
+// extents), ordered by shared sequence, then DPA, and those grants.
+func (s *Service) chunkExtents(ctx context.Context, id dcd.ChunkID) ([]cci.Extent, []dcd.Grant, error) {
 	if _, err := s.cfg.Ledger.Chunk(ctx, id); err != nil {
-		return nil, fmt.Errorf("rdma: chunk %d: %w", id, err)
+		return nil, nil, fmt.Errorf("rdma: chunk %d: %w", id, err)
 	}
 	grants, err := s.cfg.Ledger.Grants(ctx, dcd.GrantFilter{Chunk: id, Active: true})
 	if err != nil {
-		return nil, fmt.Errorf("rdma: chunk %d grants: %w", id, err)
+		return nil, nil, fmt.Errorf("rdma: chunk %d grants: %w", id, err)
 	}
 	seen := map[uint64]bool{}
 	var out []cci.Extent
+	var granted []dcd.Grant
 	for _, g := range grants {
 		if g.State != dcd.GrantGranted {
 			continue
 		}
+		granted = append(granted, g)
 		for _, e := range g.Extents {
 			if e.Length > 0 && !seen[e.DPA] {
 				seen[e.DPA] = true
@@ -218,12 +251,12 @@ func (s *Service) chunkExtents(ctx context.Context, id dcd.ChunkID) ([]cci.Exten
 		}
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("rdma: chunk %d: %w", id, ErrNoExtents)
+		return nil, nil, fmt.Errorf("rdma: chunk %d: %w", id, ErrNoExtents)
 	}
 	slices.SortFunc(out, func(a, b cci.Extent) int {
 		return cmp.Or(cmp.Compare(a.SharedSeq, b.SharedSeq), cmp.Compare(a.DPA, b.DPA))
 	})
-	return out, nil
+	return out, granted, nil
 }
 
 // Authenticate implements Authenticator.
@@ -231,11 +264,12 @@ func (s *Service) Authenticate(id ExportID, tok Token) (*Handle, error) {
 	s.mu.RLock()
 	h := s.exports[id]
 	s.mu.RUnlock()
-	want := s.decoy
+	want := &s.decoy
 	if h != nil {
-		want = h.token
+		want = &h.tokenHash
 	}
-	ok := want.Equal(tok)
+	got := sha256.Sum256(tok[:])
+	ok := subtle.ConstantTimeCompare(want[:], got[:]) == 1
 	if h == nil || !ok || h.Revoked() || (h.expiry != 0 && s.cfg.Clock().UnixNano() >= h.expiry) {
 		return nil, ErrDenied
 	}
@@ -282,7 +316,41 @@ func (s *Service) List() []Export {
 // session, ErrRevoked for an open one), and Revoke returns once the
 // operations in flight have drained (or ctx ends; the export is revoked
 // either way). After a nil return nothing reads or writes its memory.
+//
+// With a Store, the record goes first: if deleting it fails, Revoke
+// returns the error and the export stays as it was, so that an export
+// revoked by request can never come back after a restart.
 func (s *Service) Revoke(ctx context.Context, id ExportID) error {
+	if s.cfg.Store != nil {
+		s.mu.RLock()
+		h := s.exports[id]
+		s.mu.RUnlock()
+		if h == nil {
+			return fmt.Errorf("rdma: %s: %w", id, ErrNotFound)
+		}
+		if err := s.cfg.Store.Delete(ctx, id); err != nil {
+			return fmt.Errorf("rdma: revoke %s: delete its record: %w", id, err)
+		}
+	}
+	return s.revokeLive(ctx, id)
+}
+
+// drop is a revocation the service decides itself (release, expiry,
+// capacity change): the export goes at once, its record after (a failure
+// is logged; Restore refuses such a record anyway).
+func (s *Service) drop(ctx context.Context, id ExportID) error {
+	err := s.revokeLive(ctx, id)
+	if errors.Is(err, ErrNotFound) || s.cfg.Store == nil {
+		return err
+	}
+	if derr := s.cfg.Store.Delete(context.WithoutCancel(ctx), id); derr != nil {
+		s.log.Warn("deleting a revoked export's record", "export", id, "err", derr)
+	}
+	return err
+}
+
+// revokeLive revokes a live export without touching the Store.
+func (s *Service) revokeLive(ctx context.Context, id ExportID) error {
 	h := s.remove(id)
 	if h == nil {
 		return fmt.Errorf("rdma: %s: %w", id, ErrNotFound)
@@ -308,9 +376,13 @@ func (s *Service) remove(id ExportID) *Handle {
 	return h
 }
 
-// RevokeChunk revokes every export of a chunk and returns how many there
-// were.
+// RevokeChunk revokes every export of a chunk, as Revoke does, and
+// returns how many there were.
 func (s *Service) RevokeChunk(ctx context.Context, chunk dcd.ChunkID) (int, error) {
+	return s.revokeChunk(ctx, chunk, s.Revoke)
+}
+
+func (s *Service) revokeChunk(ctx context.Context, chunk dcd.ChunkID, revoke func(context.Context, ExportID) error) (int, error) {
 	s.mu.RLock()
 	var ids []ExportID
 	for id := range s.byChunk[chunk] {
@@ -320,7 +392,7 @@ func (s *Service) RevokeChunk(ctx context.Context, chunk dcd.ChunkID) (int, erro
 	var errs []error
 	n := 0
 	for _, id := range ids {
-		err := s.Revoke(ctx, id)
+		err := revoke(ctx, id)
 		if errors.Is(err, ErrNotFound) {
 			continue // revoked concurrently
 		}
@@ -356,7 +428,7 @@ func (s *Service) BeforeRelease(ctx context.Context, grant dcd.GrantID) error {
 			return nil
 		}
 	}
-	_, err = s.RevokeChunk(ctx, g.Chunk)
+	_, err = s.revokeChunk(ctx, g.Chunk, s.drop)
 	return err
 }
 
@@ -373,7 +445,7 @@ func (s *Service) check(ctx context.Context, chunk dcd.ChunkID) error {
 	if len(hs) == 0 {
 		return nil
 	}
-	extents, err := s.chunkExtents(ctx, chunk)
+	extents, _, err := s.chunkExtents(ctx, chunk)
 	gone := errors.Is(err, dcd.ErrNotFound) || errors.Is(err, ErrNoExtents)
 	if err != nil && !gone {
 		return err
@@ -384,7 +456,7 @@ func (s *Service) check(ctx context.Context, chunk dcd.ChunkID) error {
 	for _, h := range hs {
 		if gone || !sameExtents(h.extents, extents) {
 			s.log.Info("chunk capacity changed on the device; revoking export", "export", h.exp.ID, "chunk", chunk)
-			if err := s.Revoke(dctx, h.exp.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			if err := s.drop(dctx, h.exp.ID); err != nil && !errors.Is(err, ErrNotFound) {
 				errs = append(errs, err)
 			}
 		}
@@ -415,7 +487,7 @@ func (s *Service) Sweep(ctx context.Context) error {
 	var errs []error
 	for _, id := range expired {
 		s.log.Info("export expired", "export", id)
-		if err := s.Revoke(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := s.drop(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}
@@ -460,7 +532,7 @@ func (s *Service) Run(ctx context.Context, changes <-chan dcd.Change) {
 }
 
 // Close revokes every export and refuses new ones; call it before closing
-// the Memory.
+// the Memory. The Store keeps their records, for Restore after a restart.
 func (s *Service) Close(ctx context.Context) error {
 	s.mu.Lock()
 	s.closed = true
@@ -471,7 +543,7 @@ func (s *Service) Close(ctx context.Context) error {
 	s.mu.Unlock()
 	var errs []error
 	for _, id := range ids {
-		if err := s.Revoke(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
+		if err := s.revokeLive(ctx, id); err != nil && !errors.Is(err, ErrNotFound) {
 			errs = append(errs, err)
 		}
 	}

@@ -128,7 +128,7 @@ func (e *env) bootUSB(disk, name string) *VM {
 	return vm
 }
 
-// grantHost0 creates a 256 MiB chunk, connects it to Host0, follows the
+// grantHost0 (TestVM and TestUSB) creates a 256 MiB chunk, connects it to Host0, follows the
 // task and returns the Connection's URI.
 func grantHost0(t *testing.T, c *client) string {
 	t.Helper()

@@ -371,39 +371,7 @@ func TestVM(t *testing.T) {
 
 	var grant string
 	t.Run("grant", func(t *testing.T) {
-		_, h := c.must(http.MethodPost, chunksURI, map[string]any{"MemoryChunkSizeMiB": 256}, http.StatusCreated)
-		chunk := h.Get("Location")
-		if u, err := urlPath(chunk); err == nil {
-			chunk = u
-		}
-		body := map[string]any{
-			"ConnectionType":  "Memory",
-			"MemoryChunkInfo": []any{map[string]any{"MemoryChunk": map[string]any{"@odata.id": chunk}}},
-			"Links":           map[string]any{"InitiatorEndpoints": []any{map[string]any{"@odata.id": endpointsURI + "/Host0"}}},
-		}
-		_, h = c.must(http.MethodPost, connectionsURI, body, http.StatusAccepted, http.StatusCreated)
-		mon, _ := urlPath(h.Get("Location"))
-		for i := 0; ; i++ {
-			st, res, h, err := c.do(http.MethodGet, mon, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if st == http.StatusAccepted && i < 600 {
-				time.Sleep(100 * time.Millisecond)
-				continue
-			}
-			if st != http.StatusCreated && st != http.StatusOK {
-				t.Fatalf("grant task: status %d: %v", st, res)
-			}
-			grant, _ = urlPath(h.Get("Location"))
-			if id, ok := res["@odata.id"].(string); ok && strings.HasPrefix(id, connectionsURI+"/") {
-				grant = id
-			}
-			break
-		}
-		if !strings.HasPrefix(grant, connectionsURI+"/") {
-			t.Fatalf("grant: no Connection URI (got %q)", grant)
-		}
+		grant = grantHost0(t, c) // usb_test.go
 		conn, _ := c.must(http.MethodGet, grant, nil, http.StatusOK)
 		t.Logf("Host0 granted 256 MiB: %s (%v)", grant, conn["Name"])
 	})
