@@ -363,6 +363,18 @@ func hostVisible(p *Principal, v *poolView, h dcd.HostID) bool {
 	return ok && p.CanSeeHost(h)
 }
 
+// visibleHosts lists, in head order, the hosts p may see: the members of
+// every per-host collection (Systems, Zones, Endpoints).
+func (v *poolView) visibleHosts(p *Principal) []dcd.HostID {
+	var out []dcd.HostID
+	for _, h := range v.heads {
+		if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
+			out = append(out, ld)
+		}
+	}
+	return out
+}
+
 // view is the handlers' way to the snapshot.
 func (s *Server) view(ctx context.Context) (*poolView, error) {
 	v, err := s.capacity.snapshot(ctx)

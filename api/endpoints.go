@@ -24,12 +24,9 @@ func (s *Server) endpointRoutes() {
 		if err != nil {
 			return err
 		}
-		p := PrincipalOf(c)
 		var members []string
-		for _, h := range v.heads {
-			if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
-				members = append(members, InitiatorURI(ld), TargetURI(ld))
-			}
+		for _, ld := range v.visibleHosts(PrincipalOf(c)) {
+			members = append(members, InitiatorURI(ld), TargetURI(ld))
 		}
 		return s.WriteCollection(c, Collection{ODataID: EndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
 			Name: "CXL Endpoints", Members: members,

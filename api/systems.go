@@ -23,12 +23,9 @@ func (s *Server) systemRoutes() {
 		if err != nil {
 			return err
 		}
-		p := PrincipalOf(c)
 		var members []string
-		for _, h := range v.heads {
-			if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
-				members = append(members, SystemURI(ld))
-			}
+		for _, ld := range v.visibleHosts(PrincipalOf(c)) {
+			members = append(members, SystemURI(ld))
 		}
 		return s.WriteCollection(c, Collection{ODataID: SystemsURI, ODataType: "#ComputerSystemCollection.ComputerSystemCollection",
 			Name: "Hosts", Members: members,

@@ -21,12 +21,9 @@ func (s *Server) zoneRoutes() {
 		if err != nil {
 			return err
 		}
-		p := PrincipalOf(c)
 		var members []string
-		for _, h := range v.heads {
-			if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
-				members = append(members, ZoneURI(ld))
-			}
+		for _, ld := range v.visibleHosts(PrincipalOf(c)) {
+			members = append(members, ZoneURI(ld))
 		}
 		return s.WriteCollection(c, Collection{ODataID: ZonesURI, ODataType: "#ZoneCollection.ZoneCollection",
 			Name: "CXL Zones", Members: members,
