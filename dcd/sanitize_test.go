@@ -166,4 +166,3 @@ func TestAllocationRefusal(t *testing.T) {
 		t.Errorf("region that does not sanitize: got %v, want %q wrapping ErrInvalid", err, want)
 	}
 }
-
