@@ -59,7 +59,7 @@ func (s *Server) manager(p *Principal) Obj {
 	}
 	// NetworkProtocol, EthernetInterfaces (networkprotocol.go)
 	s.managerNetworkLinks(o, p)
-	s.managerSettings(o) // managerpatch.go: clock, image slots, Reset
+	s.managerSettings(o)         // managerpatch.go: clock, image slots, Reset
 	s.addConsistencyAction(o, p) // consistency.go
 	return o
 }
