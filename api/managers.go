@@ -59,8 +59,9 @@ func (s *Server) manager(p *Principal) Obj {
 	}
 	// NetworkProtocol, EthernetInterfaces (networkprotocol.go)
 	s.managerNetworkLinks(o, p)
-	s.managerSettings(o)         // managerpatch.go: clock, image slots, Reset
-	s.addConsistencyAction(o, p) // consistency.go
+	s.managerSettings(o) // managerpatch.go: clock, image slots, Reset
+	// consistency.go: the CxlPool.CheckConsistency action
+	s.addConsistencyAction(o, p)
 	return o
 }
 
