@@ -11,7 +11,11 @@ import (
 // dcd.CheckInvariants (Service implements dcd.ExportView). An export whose
 // revocation has started is left out: it refuses new accesses, and the
 // ones in flight drain before its grant's release goes to the device.
+// A nil Service (a daemon whose pool memory cannot be mapped) has none.
 func (s *Service) ExportRanges() []dcd.ExportRange {
+	if s == nil {
+		return nil
+	}
 	s.mu.RLock()
 	out := make([]dcd.ExportRange, 0, len(s.exports))
 	for _, h := range s.exports {
