@@ -4,8 +4,9 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -15,23 +16,36 @@ import (
 	"cxlpool/sim"
 )
 
-// syncBuffer is a log sink the client's goroutines may write while a test
-// reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
+// fileLog is a logger writing to a file in the test's directory (writes
+// to an *os.File are safe from the client's goroutines) and a func that
+// returns what it holds.
+func fileLog(t *testing.T) (*slog.Logger, func() string) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(t.TempDir(), "fm.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return slog.New(slog.NewTextHandler(f, nil)), func() string {
+		b, err := os.ReadFile(f.Name())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
 }
 
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+// addAll offers host the whole of region 0 under tag and waits for the
+// host to accept it.
+func addAll(t *testing.T, r *rig, host uint16, tag cci.Tag) {
+	t.Helper()
+	const region = 1 << 30
+	if err := r.c.Add(context.Background(), fabric.AddRequest{Host: host, Policy: fabric.AddFree, Region: 0, Length: region, Tag: tag}); err != nil {
+		t.Fatalf("Add to host %d: %v", host, err)
+	}
+	if ev := r.next(t, fabric.EventAddResponse); ev.Host != host || sum(ev.Extents, tag) != region {
+		t.Fatalf("add response: host %d with %d bytes, want host %d with %d", ev.Host, sum(ev.Extents, tag), host, region)
+	}
 }
 
 // twoRegions is a box of two 1 GiB regions of 256 MiB blocks, so one add
@@ -71,8 +85,8 @@ func TestDiscoverTurnsOnSanitizeOnRelease(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var logs syncBuffer
-			r := newRig(t, twoRegions(tt.sor, tt.conf), Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+			log, logs := fileLog(t)
+			r := newRig(t, twoRegions(tt.sor, tt.conf), Config{Logger: log})
 			got := r.discover(t)
 			if diff := cmp.Diff(tt.want, sorOf(got)); diff != "" {
 				t.Errorf("regions' (SanitizeOnRelease, SoRConfigurable) after discovery (-want +got):\n%s", diff)
@@ -87,7 +101,7 @@ func TestDiscoverTurnsOnSanitizeOnRelease(t *testing.T) {
 					t.Errorf("region %d on the device: SanitizeOnRelease %v, want %v", i, reg.SanitizeOnRelease, tt.want[i][0])
 				}
 			}
-			out := logs.String()
+			out := logs()
 			for _, w := range tt.warnRegions {
 				if !strings.Contains(out, "Sanitize on Release is off") || !strings.Contains(out, w) {
 					t.Errorf("log does not warn about %s:\n%s", w, out)
@@ -112,16 +126,9 @@ func TestHostReleaseIsSanitizedAfterDiscovery(t *testing.T) {
 	r := newRig(t, twoRegions([]bool{false, false}, nil), Config{})
 	r.discover(t)
 	ctx := context.Background()
-	const region = 1 << 30 // the whole of region 0
 	secret := []byte("host 2's secret")
-
 	tag2 := cci.NewTag()
-	if err := r.c.Add(ctx, fabric.AddRequest{Host: 2, Policy: fabric.AddFree, Region: 0, Length: region, Tag: tag2}); err != nil {
-		t.Fatalf("Add to host 2: %v", err)
-	}
-	if ev := r.next(t, fabric.EventAddResponse); ev.Host != 2 || sum(ev.Extents, tag2) != region {
-		t.Fatalf("add response: host %d with %d bytes, want host 2 with %d", ev.Host, sum(ev.Extents, tag2), region)
-	}
+	addAll(t, r, 2, tag2)
 	h2 := r.box.Host(2)
 	for _, e := range h2.Extents() {
 		if _, err := h2.WriteAt(secret, e.DPA); err != nil {
@@ -135,13 +142,7 @@ func TestHostReleaseIsSanitizedAfterDiscovery(t *testing.T) {
 		t.Fatalf("released event for host %d, want 2", ev.Host)
 	}
 
-	tag5 := cci.NewTag()
-	if err := r.c.Add(ctx, fabric.AddRequest{Host: 5, Policy: fabric.AddFree, Region: 0, Length: region, Tag: tag5}); err != nil {
-		t.Fatalf("Add to host 5: %v", err)
-	}
-	if ev := r.next(t, fabric.EventAddResponse); ev.Host != 5 || sum(ev.Extents, tag5) != region {
-		t.Fatalf("add response: host %d with %d bytes, want host 5 with %d", ev.Host, sum(ev.Extents, tag5), region)
-	}
+	addAll(t, r, 5, cci.NewTag())
 	h5 := r.box.Host(5)
 	got := make([]byte, len(secret))
 	for _, e := range h5.Extents() {
@@ -158,8 +159,8 @@ func TestHostReleaseIsSanitizedAfterDiscovery(t *testing.T) {
 // holds capacity. Discovery then succeeds, reports the region as it is
 // (off) and warns, rather than failing the daemon's start.
 func TestDiscoverKeepsARegionInUse(t *testing.T) {
-	var logs syncBuffer
-	r := newRig(t, twoRegions([]bool{false, false}, nil), Config{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	log, logs := fileLog(t)
+	r := newRig(t, twoRegions([]bool{false, false}, nil), Config{Logger: log})
 	r.discover(t)
 	ctx := context.Background()
 	// Turn region 0 off again while it is empty, then put capacity in it.
@@ -177,7 +178,7 @@ func TestDiscoverKeepsARegionInUse(t *testing.T) {
 	if diff := cmp.Diff([][2]bool{{false, true}, {true, true}}, sorOf(got)); diff != "" {
 		t.Errorf("regions after rediscovery (-want +got):\n%s", diff)
 	}
-	if out := logs.String(); !strings.Contains(out, "refused to turn it on") || !strings.Contains(out, "region=0") {
+	if out := logs(); !strings.Contains(out, "refused to turn it on") || !strings.Contains(out, "region=0") {
 		t.Errorf("log does not say the device refused region 0:\n%s", out)
 	}
 }
