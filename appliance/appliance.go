@@ -95,6 +95,7 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
+	check     *startCheck // consistency.go
 	closers   []func() error
 }
 
@@ -113,7 +114,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("appliance: a data directory is required")
 	}
-	app := &Appliance{cfg: cfg}
+	app := &Appliance{cfg: cfg, check: &startCheck{done: make(chan struct{})}}
 	a = app
 	defer func() {
 		// The error returns set a to nil: close through app.
@@ -315,6 +316,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 		return err
 	}
 	if a.Exports == nil {
+		a.checkAtStart(ctx)
 		return nil
 	}
 	changes, unsubscribe := a.Manager.Subscribe(256)
@@ -326,6 +328,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 	}
 	go a.Exports.Run(ctx, changes)
 	a.closers = append(a.closers, func() error { unsubscribe(); return nil })
+	a.checkAtStart(ctx) // after Restore: the exports are checked too
 	if a.cfg.ExportListen == "" {
 		return nil
 	}

@@ -321,6 +321,10 @@ func (m *Manager) Reserve(ctx context.Context, r ReserveRequest) (Chunk, error) 
 			continue
 		}
 		tried = true
+		if err := regionRefusal(reg); err != nil {
+			lastErr = err
+			continue
+		}
 		c, err := m.cfg.Ledger.CreateChunk(ctx, Chunk{Name: r.Name, Region: reg.Index, Size: r.Size, Sharable: r.Sharable})
 		if err == nil {
 			m.log.Info("chunk reserved", "chunk", c.ID, "region", c.Region, "bytes", c.Size, "tag", c.Tag)

@@ -110,8 +110,30 @@ func newHandle(exp Export, hash TokenHash, extents []cci.Extent, mem Memory, clo
 	if !exp.Expiry.IsZero() {
 		h.expiry = exp.Expiry.UnixNano()
 	}
-	skip, left := exp.Offset, exp.Length
+	ranges, left := layout(extents, exp.Offset, exp.Length)
 	var off uint64
+	for _, r := range ranges {
+		b, err := mem.Bytes(r.DPA, r.Length)
+		if err != nil {
+			return nil, fmt.Errorf("rdma: map %#x bytes at DPA %#x: %w", r.Length, r.DPA, err)
+		}
+		h.segs = append(h.segs, segment{off: off, dpa: r.DPA, b: b})
+		off += r.Length
+	}
+	if left != 0 {
+		return nil, fmt.Errorf("rdma: export %#x+%#x beyond the chunk's %#x bytes: %w",
+			exp.Offset, exp.Length, exp.Offset+exp.Length-left, ErrInvalid)
+	}
+	h.g.drained = make(chan struct{})
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h, nil
+}
+
+// layout lays length bytes at offset off of a chunk's capacity (extents
+// in export order) over device addresses: one range per extent it
+// touches. left is what did not fit (0 when the extents cover it).
+func layout(extents []cci.Extent, off, length uint64) (ranges []dcd.DPARange, left uint64) {
+	skip, left := off, length
 	for _, e := range extents {
 		if left == 0 {
 			break
@@ -121,22 +143,11 @@ func newHandle(exp Export, hash TokenHash, extents []cci.Extent, mem Memory, clo
 			continue
 		}
 		n := min(e.Length-skip, left)
-		b, err := mem.Bytes(e.DPA+skip, n)
-		if err != nil {
-			return nil, fmt.Errorf("rdma: map extent %#x+%#x: %w", e.DPA, e.Length, err)
-		}
-		h.segs = append(h.segs, segment{off: off, dpa: e.DPA + skip, b: b})
-		off += n
+		ranges = append(ranges, dcd.DPARange{DPA: e.DPA + skip, Length: n})
 		left -= n
 		skip = 0
 	}
-	if left != 0 {
-		return nil, fmt.Errorf("rdma: export %#x+%#x beyond the chunk's %#x bytes: %w",
-			exp.Offset, exp.Length, exp.Offset+exp.Length-left, ErrInvalid)
-	}
-	h.g.drained = make(chan struct{})
-	h.ctx, h.cancel = context.WithCancel(context.Background())
-	return h, nil
+	return ranges, left
 }
 
 // Export describes the export (with its token zeroed).

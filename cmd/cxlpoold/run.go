@@ -110,6 +110,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Telemetry: tel,
 		Board:     app.Board,
 		LocalCXL:  localCXL(), // image.go
+		// The check after reconcile; violations become an event.
+		StartCheck: app.StartCheck,
 	}
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot
