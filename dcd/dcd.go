@@ -175,6 +175,8 @@ type Ledger interface {
 	// multiple, or Sharable in a region that is not.
 	CreateChunk(ctx context.Context, c Chunk) (Chunk, error)
 	Chunk(ctx context.Context, id ChunkID) (Chunk, error)
+	// ChunkByTag returns the live chunk whose tag is tag, or ErrNotFound.
+	ChunkByTag(ctx context.Context, tag cci.Tag) (Chunk, error)
 	Chunks(ctx context.Context) ([]Chunk, error)
 	// DeleteChunk fails with ErrConflict while the chunk has active grants.
 	DeleteChunk(ctx context.Context, id ChunkID) error

@@ -109,6 +109,7 @@ type Manager struct {
 	flights     map[GrantID]*flight
 	flows       map[hostTag]*flight // the same flights by host and tag
 	rechecks    map[hostTag]bool    // (host, tag) pairs an event named, to settle
+	released    map[hostTag]bool    // pairs a release flow recorded released, until their event comes
 	startReport ReconcileReport
 	reconcileMu sync.Mutex
 	resets      atomic.Uint64 // device resets seen, so flows can tell why an offer vanished
@@ -143,6 +144,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		flights:  make(map[GrantID]*flight),
 		flows:    make(map[hostTag]*flight),
 		rechecks: make(map[hostTag]bool),
+		released: make(map[hostTag]bool),
 		reconc:   make(chan struct{}, 1),
 		fenced:   make(map[HostID]string),
 	}, nil
@@ -500,6 +502,9 @@ func (m *Manager) spawnFlow(ctx context.Context, g Grant, tag cci.Tag, kind flow
 	f := &flight{kind: kind, done: make(chan struct{})}
 	m.flights[g.ID] = f
 	m.flows[key] = f
+	if kind == flowAdd {
+		delete(m.released, key) // a release event from now on is news
+	}
 	m.mu.Unlock()
 	m.bg.Add(1)
 	go func() {
@@ -848,6 +853,12 @@ func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed, for
 					return g
 				}
 				m.log.Info("capacity released", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "forced", forced)
+				m.mu.Lock()
+				if len(m.released) > 4096 {
+					clear(m.released) // events lost: a settle costs a few reads
+				}
+				m.released[hostTag{g.Host, c.Tag}] = true
+				m.mu.Unlock()
 				m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "released"})
 				return ng
 			}
@@ -977,9 +988,12 @@ func (m *Manager) recheck(ctx context.Context, host HostID, tags []cci.Tag) {
 	for _, tag := range tags {
 		k := hostTag{host, tag}
 		m.mu.Lock()
-		if f := m.flows[k]; (f != nil && f.kind == flowRelease) || m.rechecks[k] {
+		done := m.released[k]
+		delete(m.released, k)
+		if f := m.flows[k]; (f != nil && f.kind == flowRelease) || done || m.rechecks[k] {
 			// A release flow of this very grant checks the device
-			// itself before it records anything.
+			// itself before it records anything, or has just seen
+			// the device give the capacity back and recorded it.
 			m.mu.Unlock()
 			continue
 		}
@@ -1003,16 +1017,12 @@ func (m *Manager) recheck(ctx context.Context, host HostID, tags []cci.Tag) {
 // settleTag settles one (host, tag) pair: the chunk the tag names, if a
 // live one does, is found first.
 func (m *Manager) settleTag(ctx context.Context, k hostTag) error {
-	chunks, err := m.cfg.Ledger.Chunks(ctx)
-	if err != nil {
-		return err
-	}
 	var c *Chunk
-	for i := range chunks {
-		if chunks[i].Tag == k.tag {
-			c = &chunks[i]
-			break
-		}
+	switch x, err := m.cfg.Ledger.ChunkByTag(ctx, k.tag); {
+	case err == nil:
+		c = &x
+	case !errors.Is(err, ErrNotFound):
+		return err
 	}
 	var rep ReconcileReport
 	return m.settle(ctx, k.host, k.tag, c, &rep)

@@ -214,7 +214,10 @@ func (m *Manager) settle(ctx context.Context, host HostID, tag cci.Tag, c *Chunk
 			m.completeGrant(ctx, *g, exts)
 			rep.Granted++
 		default:
-			m.failGrant(ctx, *g, fmt.Errorf("%w: the add did not take effect on the device (interrupted)", ErrDevice))
+			// Its flow gave up without an outcome (the device did not
+			// answer) or the Fabric Manager stopped before it had one:
+			// either way the device never took the add.
+			m.failGrant(ctx, *g, fmt.Errorf("%w: the add did not take effect on the device: it could not be asked in time, or the Fabric Manager stopped", ErrDeviceUnreachable))
 			rep.Failed++
 		}
 	case GrantGranted:

@@ -175,6 +175,26 @@ func (l *Ledger) Chunk(ctx context.Context, id dcd.ChunkID) (dcd.Chunk, error) {
 	return c, nil
 }
 
+// ChunkByTag returns the live chunk tagged tag, or dcd.ErrNotFound.
+func (l *Ledger) ChunkByTag(ctx context.Context, tag cci.Tag) (dcd.Chunk, error) {
+	var c dcd.Chunk
+	err := l.read(ctx, func(tx *Tx) error {
+		var err error
+		c, err = scanChunk(tx.QueryRowContext(ctx, qChunkByTag, tag[:]))
+		if errors.Is(err, sql.ErrNoRows) {
+			err = dcd.ErrNotFound
+		}
+		if err == nil {
+			err = loadPlacement(ctx, tx, &c)
+		}
+		return err
+	})
+	if err != nil {
+		return dcd.Chunk{}, fmt.Errorf("ledger: chunk tagged %s: %w", tag, err)
+	}
+	return c, nil
+}
+
 // Chunks returns the live chunks by ID.
 func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
 	var chunks []dcd.Chunk

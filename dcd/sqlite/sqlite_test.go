@@ -549,3 +549,68 @@ func TestHotStatementsPrepared(t *testing.T) {
 		}
 	}
 }
+
+// TestPlacementMigration: a chunk some host held before chunks were placed
+// keeps where the device put it; one nobody held is placed at its next
+// grant, beside the first.
+func TestPlacementMigration(t *testing.T) {
+	ctx := t.Context()
+	path := filepath.Join(t.TempDir(), "ledger.db")
+	if err := migrateRaw(t, path, migrations[:1]); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const blk = ledgertest.Block
+	held := cci.NewTag()
+	idle := cci.NewTag()
+	for _, q := range []string{
+		`INSERT INTO hosts (id, port, name, link_up) VALUES (1, 1, 'Host1', 1)`,
+		`INSERT INTO regions (idx, base, length, block_size, sharable, sanitize_on_release) VALUES (0, 0, ` + fmt.Sprint(64*blk) + `, ` + fmt.Sprint(blk) + `, 0, 1)`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The device had put the held chunk at block 3.
+	if _, err := db.ExecContext(ctx, `INSERT INTO chunks (id, name, region, size, tag, sharable, created) VALUES (1, 'held', 0, ?, ?, 0, 0), (2, 'idle', 0, ?, ?, 0, 0)`,
+		2*blk, held[:], blk, idle[:]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO grants (id, chunk, host, state, created, updated) VALUES (1, 1, 1, 'granted', 0, 0)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.ExecContext(ctx, `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (1, 0, 0, ?, ?, 0), (1, 1, ?, ?, ?, 0)`,
+		blk, held[:], 3*blk, blk, held[:]); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	l, err := Open(ctx, path, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	c1, err := l.Chunk(ctx, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []cci.Extent{{DPA: 0, Length: blk, Tag: held}, {DPA: 3 * blk, Length: blk, Tag: held}}
+	if diff := cmp.Diff(want, c1.Extents); diff != "" {
+		t.Errorf("held chunk's placement after the upgrade (-want +got):\n%s", diff)
+	}
+	c2, err := l.Chunk(ctx, 2)
+	if err != nil || len(c2.Extents) != 0 {
+		t.Fatalf("idle chunk before its grant: %v, %v; want no placement yet", c2.Extents, err)
+	}
+	in, err := l.BeginGrant(ctx, 2, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want = []cci.Extent{{DPA: blk, Length: blk, Tag: idle}}
+	if diff := cmp.Diff(want, in.Chunk.Extents); diff != "" {
+		t.Errorf("idle chunk placed at its grant (-want +got):\n%s", diff)
+	}
+}
