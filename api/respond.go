@@ -107,7 +107,11 @@ func setDescribedBy(c echo.Context, odataType any) {
 	default:
 		return
 	}
-	c.Response().Header().Set("Link", "<"+dmtfSchemaBase+file+">; rel=describedby")
+	h := c.Response().Header()
+	if h.Get("Link") != "" {
+		return // a finished task monitor's Link names its Task
+	}
+	h.Set("Link", "<"+dmtfSchemaBase+file+">; rel=describedby")
 }
 
 // WriteCreated answers a create with 201, Location and the new resource.

@@ -277,10 +277,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
-	// Allow and Link describe a resource; an error answer has its own
-	// (405 sets Allow again from e.Header).
+	// Allow describes a resource; an error answer has its own (405 sets
+	// it again from e.Header).
 	c.Response().Header().Del("Allow")
-	c.Response().Header().Del("Link")
 	if werr := s.writeError(c, e); werr != nil {
 		s.log.Debug("writing error response", "err", werr)
 	}
