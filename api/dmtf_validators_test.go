@@ -476,11 +476,35 @@ func TestOCPBaselineItems(t *testing.T) {
 	env := apitest.NewServer(t)
 	env.Anon.Post("/redfish/v1/SessionService/Sessions", map[string]string{"UserName": "admin", "Password": "wrong"})
 	env.Admin.Patch("/redfish/v1/SessionService", map[string]any{"SessionTimeout": 900})
+	refused := env.Admin.Patch("/redfish/v1/AccountService", map[string]any{"Nope": 1})
+	var refusal struct {
+		Error struct {
+			Info []struct {
+				MessageID string   `json:"MessageId"`
+				Args      []string `json:"MessageArgs"`
+			} `json:"@Message.ExtendedInfo"`
+		} `json:"error"`
+	}
+	if err := json.Unmarshal(refused.Body, &refusal); err != nil || len(refusal.Error.Info) != 1 {
+		t.Fatalf("PATCH of an unknown property: %s", refused)
+	}
 	audit := env.Admin.GetOK("/redfish/v1/Managers/FM/LogServices/AuditLog/Entries")
 	got := map[string]string{} // message → MessageId
+	args := map[string][]any{}
 	for _, m := range audit["Members"].([]any) {
 		e := m.(map[string]any)
 		got[e["Message"].(string)], _ = e["MessageId"].(string)
+		args[e["Message"].(string)], _ = e["MessageArgs"].([]any)
+	}
+	// A refusal's entry carries the answer's message with its arguments.
+	const refusedMsg = "admin PATCH /redfish/v1/AccountService: 400 Bad Request"
+	wantArgs := []any{}
+	for _, a := range refusal.Error.Info[0].Args {
+		wantArgs = append(wantArgs, a)
+	}
+	if got[refusedMsg] != refusal.Error.Info[0].MessageID || !cmp.Equal(args[refusedMsg], wantArgs) || len(wantArgs) == 0 {
+		t.Errorf("audit entry %q: %s %v, want %s %v", refusedMsg, got[refusedMsg], args[refusedMsg],
+			refusal.Error.Info[0].MessageID, wantArgs)
 	}
 	for _, tc := range []struct{ msg, id string }{
 		{"admin POST /redfish/v1/SessionService/Sessions: 401 Unauthorized", "Base.1.22.NoValidSession"},

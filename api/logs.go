@@ -62,8 +62,9 @@ func (s *Server) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			Log: logAudit, Created: s.now(), Severity: "OK",
 			Message:  fmt.Sprintf("%s %s %s: %d %s", user, r.Method, r.URL.RequestURI(), buf.status, http.StatusText(buf.status)),
 			UserName: user, Method: r.Method, URI: r.URL.RequestURI(), Status: buf.status, Client: c.RealIP(),
-			HostID: host, MessageID: s.auditMessageID(buf.status, buf.body.Bytes()),
+			HostID: host,
 		}
+		e.MessageID, e.Args = s.auditMessage(buf.status, buf.body.Bytes())
 		if buf.status >= 400 {
 			e.Severity = "Warning"
 		}
@@ -83,26 +84,30 @@ func (s *Server) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-// auditMessageID is the MessageId an audit entry carries (the OCP
-// baseline asks every log entry for one): the answer's own message for
-// a refusal, Base Created or Success for the rest.
-func (s *Server) auditMessageID(status int, body []byte) string {
+// auditMessage is the MessageId (and its MessageArgs) an audit entry
+// carries (the OCP baseline asks every log entry for one): the answer's
+// own message for a refusal, Base Created or Success for the rest.
+func (s *Server) auditMessage(status int, body []byte) (string, []string) {
 	key := "Base.Success"
 	switch {
 	case status >= 400:
 		var e struct {
 			Error struct {
-				Code string `json:"code"`
+				Code string    `json:"code"`
+				Info []Message `json:"@Message.ExtendedInfo"`
 			} `json:"error"`
 		}
 		if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
-			return e.Error.Code
+			if len(e.Error.Info) == 1 && e.Error.Info[0].MessageID == e.Error.Code {
+				return e.Error.Code, e.Error.Info[0].MessageArgs
+			}
+			return e.Error.Code, nil
 		}
 		key = "Base.GeneralError"
 	case status == http.StatusCreated:
 		key = "Base.Created"
 	}
-	return s.reg.Resolve(M(key)).MessageID
+	return s.reg.Resolve(M(key)).MessageID, nil
 }
 
 // heldResponse buffers a response until the audit entry is written.
@@ -251,10 +256,10 @@ func (s *Server) logEntry(e LogEntry) Obj {
 		o["EntryType"] = "Oem"
 		o["OemRecordFormat"] = "CxlPoolAudit"
 		o["Username"] = e.UserName
-		if o["MessageId"] = e.MessageID; e.MessageID == "" { // written before entries had one
-			o["MessageId"] = s.auditMessageID(e.Status, nil)
+		o["MessageId"], o["MessageArgs"] = e.MessageID, nonNil(e.Args)
+		if e.MessageID == "" { // written before audit entries had one
+			o["MessageId"], _ = s.auditMessage(e.Status, nil)
 		}
-		o["MessageArgs"] = []string{}
 		o["Oem"] = oemschema.Oem("LogEntry", Obj{"Method": e.Method, "URI": e.URI, "StatusCode": e.Status, "Client": e.Client})
 		return o
 	}
