@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -169,7 +170,7 @@ func (s *Server) accountBody(a Account) Obj {
 		if s.HasRoute(SystemsURI) {
 			oem["System"] = Link(SystemURI(*a.HostID))
 		}
-		o["Oem"] = Obj{"CxlPool": oem}
+		o["Oem"] = oemschema.Oem("ManagerAccount", oem)
 	}
 	return o
 }

@@ -660,10 +660,58 @@ func (s *Server) certificateService() Obj {
 				"CertificateType@Redfish.AllowableValues": []string{"PEM", "PEMchain"},
 			},
 			"#" + generateCSRAction: Obj{
-				"target": certificateServiceURI + "/Actions/" + generateCSRAction,
+				"target":              certificateServiceURI + "/Actions/" + generateCSRAction,
+				"@Redfish.ActionInfo": generateCSRActionInfoURI,
 				"KeyPairAlgorithm@Redfish.AllowableValues": []string{"TPM_ALG_ECDSA", "TPM_ALG_RSA"},
 				"KeyCurveId@Redfish.AllowableValues":       []string{"TPM_ECC_NIST_P256", "TPM_ECC_NIST_P384"},
 			},
+		},
+	}
+}
+
+// generateCSRActionInfoURI describes GenerateCSR's parameters (the OCP
+// baseline profile asks for it).
+const generateCSRActionInfoURI = certificateServiceURI + "/GenerateCSRActionInfo"
+
+// generateCSRActionInfo lists the parameters csrParamsFrom accepts, with
+// the values it allows.
+func generateCSRActionInfo() Obj {
+	str := func(name string, required bool) Obj {
+		return Obj{"Name": name, "Required": required, "DataType": "String"}
+	}
+	var usages []string
+	for _, k := range keyUsageNames {
+		usages = append(usages, k.name)
+	}
+	for _, e := range extUsageNames {
+		usages = append(usages, e.name)
+	}
+	alg := str("KeyPairAlgorithm", false)
+	alg["AllowableValues"] = []string{"TPM_ALG_ECDSA", "TPM_ALG_ECC", "TPM_ALG_RSA"}
+	curve := str("KeyCurveId", false)
+	curve["AllowableValues"] = []string{"TPM_ECC_NIST_P256", "TPM_ECC_NIST_P384"}
+	return Obj{
+		"@odata.id":   generateCSRActionInfoURI,
+		"@odata.type": "#ActionInfo.v1_5_0.ActionInfo",
+		"Id":          "GenerateCSRActionInfo",
+		"Name":        "GenerateCSR Action Info",
+		"Parameters": []Obj{
+			str("CommonName", true),
+			{"Name": "CertificateCollection", "Required": true, "DataType": "Object",
+				"ObjectDataType":  "#CertificateCollection.CertificateCollection",
+				"AllowableValues": []string{httpsCertCollectionURI}},
+			{"Name": "AlternativeNames", "Required": false, "DataType": "StringArray"},
+			str("Organization", false),
+			str("OrganizationalUnit", false),
+			str("City", false),
+			str("State", false),
+			str("Country", false),
+			str("Email", false),
+			alg,
+			{"Name": "KeyBitLength", "Required": false, "DataType": "Number",
+				"AllowableNumbers": []string{"256", "384", "2048", "3072", "4096"}},
+			curve,
+			{"Name": "KeyUsage", "Required": false, "DataType": "StringArray", "AllowableValues": usages},
 		},
 	}
 }
@@ -883,6 +931,9 @@ func (s *Server) certificateRoutes() {
 			return ErrInternal(err)
 		}
 		return s.WriteResource(c, http.StatusOK, s.certificateResource(cert))
+	})
+	s.Handle(http.MethodGet, generateCSRActionInfoURI, PrivApplianceView, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, generateCSRActionInfo())
 	})
 	s.Handle(http.MethodPost, certificateServiceURI+"/Actions/"+replaceCertAction, PrivConfigureManager, s.replaceCertificate)
 	s.Handle(http.MethodPost, certificateServiceURI+"/Actions/"+generateCSRAction, PrivConfigureManager, func(c echo.Context) error {

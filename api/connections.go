@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -402,6 +403,6 @@ func connectionBody(g dcd.Grant, ch dcd.Chunk) Obj {
 			"TargetEndpoints":    Links(TargetURI(g.Host)),
 		},
 		"Status": status(state),
-		"Oem":    Obj{"CxlPool": oem},
+		"Oem":    oemschema.Oem("Connection", oem),
 	}
 }

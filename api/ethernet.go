@@ -219,8 +219,10 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 	if ni.SpeedMbps > 0 {
 		o["SpeedMbps"] = ni.SpeedMbps
 	}
-	if fqdn != "" {
-		o["FQDN"] = fqdn
+	// The OCP baseline profile expects FQDN; without a domain the name
+	// is the host name alone.
+	if o["FQDN"] = fqdn; fqdn == "" {
+		o["FQDN"] = host
 	}
 	if owned {
 		// What the image configures (at the next boot): one interface,

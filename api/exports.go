@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 	"cxlpool/rdma"
 )
@@ -184,7 +185,7 @@ func (s *Server) rdmaFabric() Obj {
 		"Endpoints":   Link(RDMAEndpointsURI),
 		"Connections": Link(RDMAConnectionsURI),
 		"Links":       Obj{"ManagedBy": Links(managerURI)},
-		"Oem":         Obj{"CxlPool": oem},
+		"Oem":         oemschema.Oem("Fabric", oem),
 	}
 }
 
@@ -627,6 +628,6 @@ func exportBody(x rdma.Export, tr rdma.Traffic) Obj {
 			"TargetEndpoints":    Links(PoolTargetURI),
 		},
 		"Status": status("Enabled"),
-		"Oem":    Obj{"CxlPool": oem},
+		"Oem":    oemschema.Oem("Export", oem),
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/fabric/linuxcxl"
 )
 
@@ -80,7 +81,7 @@ func localCXLDevice(d linuxcxl.MemDev) Obj {
 		"SerialNumber": serialString(d.Serial),
 		"Status":       Obj{"State": "Enabled", "Health": health},
 		"CXLDevice":    Obj{"DeviceType": "Type3"},
-		"Oem":          Obj{"CxlPool": oem},
+		"Oem":          oemschema.Oem("LocalCXLDevice", oem),
 	}
 	if d.FirmwareVersion != "" {
 		o["FirmwareVersion"] = d.FirmwareVersion

@@ -37,7 +37,7 @@ func TestLocalCXL(t *testing.T) {
 		"CXLDevice": d["CXLDevice"], "Oem": d["Oem"]}
 	want := map[string]any{"SerialNumber": "0000000000001234", "FirmwareVersion": "BWFW VERSION 00",
 		"CXLDevice": map[string]any{"DeviceType": "Type3"},
-		"Oem": map[string]any{"CxlPool": map[string]any{"Name": "mem0", "RAMBytes": float64(256 << 20), "PMEMBytes": float64(0),
+		"Oem": map[string]any{"CxlPool": map[string]any{"@odata.type": "#CxlPool.v1_0_0.LocalCXLDevice", "Name": "mem0", "RAMBytes": float64(256 << 20), "PMEMBytes": float64(0),
 			"NUMANode": float64(0), "Host": "0000:0d:00.0"}}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Local-0000000000001234 (-want +got):\n%s", diff)

@@ -3,12 +3,14 @@ package api
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -62,6 +64,7 @@ func (s *Server) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			UserName: user, Method: r.Method, URI: r.URL.RequestURI(), Status: buf.status, Client: c.RealIP(),
 			HostID: host,
 		}
+		e.MessageID, e.Args = s.auditMessage(buf.status, buf.body.Bytes())
 		if buf.status >= 400 {
 			e.Severity = "Warning"
 		}
@@ -71,9 +74,40 @@ func (s *Server) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if buf.wrote {
 			orig.WriteHeader(buf.status)
 		}
+		// An empty write would be refused for a 204 or 304 over HTTP/2
+		// (ErrBodyNotAllowed), and logged as a failed request.
+		if buf.body.Len() == 0 {
+			return nil
+		}
 		_, err := orig.Write(buf.body.Bytes())
 		return err
 	}
+}
+
+// auditMessage is the MessageId (and its MessageArgs) an audit entry
+// carries (the OCP baseline asks every log entry for one): the answer's
+// own message for a refusal, Base Created or Success for the rest.
+func (s *Server) auditMessage(status int, body []byte) (string, []string) {
+	key := "Base.Success"
+	switch {
+	case status >= 400:
+		var e struct {
+			Error struct {
+				Code string    `json:"code"`
+				Info []Message `json:"@Message.ExtendedInfo"`
+			} `json:"error"`
+		}
+		if json.Unmarshal(body, &e) == nil && e.Error.Code != "" {
+			if len(e.Error.Info) == 1 && e.Error.Info[0].MessageID == e.Error.Code {
+				return e.Error.Code, e.Error.Info[0].MessageArgs
+			}
+			return e.Error.Code, nil
+		}
+		key = "Base.GeneralError"
+	case status == http.StatusCreated:
+		key = "Base.Created"
+	}
+	return s.reg.Resolve(M(key)).MessageID, nil
 }
 
 // heldResponse buffers a response until the audit entry is written.
@@ -133,7 +167,8 @@ func (s *Server) logRoutes() {
 			return s.WriteCollection(c, Collection{
 				ODataID: logServiceURI(log) + "/Entries", ODataType: "#LogEntryCollection.LogEntryCollection",
 				Name: log + " Entries", Members: uris,
-				Expand: func(uri string) (any, error) { return s.logEntry(byURI[uri]), nil },
+				Expand:     func(uri string) (any, error) { return s.logEntry(byURI[uri]), nil },
+				AutoExpand: true,
 			})
 		})
 		s.Handle(http.MethodGet, logServiceURI(log)+"/Entries/:id", PrivApplianceView, func(c echo.Context) error {
@@ -221,7 +256,11 @@ func (s *Server) logEntry(e LogEntry) Obj {
 		o["EntryType"] = "Oem"
 		o["OemRecordFormat"] = "CxlPoolAudit"
 		o["Username"] = e.UserName
-		o["Oem"] = Obj{"CxlPool": Obj{"Method": e.Method, "URI": e.URI, "StatusCode": e.Status, "Client": e.Client}}
+		o["MessageId"], o["MessageArgs"] = e.MessageID, nonNil(e.Args)
+		if e.MessageID == "" { // written before audit entries had one
+			o["MessageId"], _ = s.auditMessage(e.Status, nil)
+		}
+		o["Oem"] = oemschema.Oem("LogEntry", Obj{"Method": e.Method, "URI": e.URI, "StatusCode": e.Status, "Client": e.Client})
 		return o
 	}
 	o["EntryType"] = "Event"

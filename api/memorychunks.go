@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -323,7 +324,7 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 			"CXLLogicalDevices": Links(lds...),
 			"MemoryRegions":     Links(regions...),
 		},
-		"Oem": Obj{"CxlPool": oem},
+		"Oem": oemschema.Oem("MemoryChunks", oem),
 	}
 	if ch.Name != "" {
 		o["DisplayName"] = ch.Name

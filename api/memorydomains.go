@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -102,7 +103,7 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		"MemoryChunks":              Link(ChunksURI),
 		"Status":                    status("Enabled"),
 		"Links":                     Obj{"CXLLogicalDevices": Links(lds...)},
-		"Oem":                       Obj{"CxlPool": oem},
+		"Oem":                       oemschema.Oem("MemoryDomain", oem),
 	}
 }
 

@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/oemschema"
 )
 
 // PCIeDevices/DCD is the multi-headed Dynamic Capacity Device, described
@@ -94,7 +96,7 @@ func (s *Server) dcdDevice() Obj {
 		},
 		"CXLLogicalDevices": Link(LogicalDevicesURI),
 		"Links":             Obj{"Chassis": Links(ChassisURI)},
-		"Oem": Obj{"CxlPool": Obj{
+		"Oem": oemschema.Oem("DynamicCapacityDevice", Obj{
 			"VendorId":          hex4(id.VendorID),
 			"DeviceId":          hex4(id.DeviceID),
 			"SubsystemVendorId": hex4(id.SubsystemVendorID),
@@ -102,6 +104,6 @@ func (s *Server) dcdDevice() Obj {
 			"TotalCapacityMiB":  mib(id.TotalCapacity),
 			"ExtentsPerHost":    box.ExtentsPerHost,
 			"TagsPerHost":       box.TagsPerHost,
-		}},
+		}),
 	}
 }

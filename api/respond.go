@@ -63,6 +63,9 @@ func (s *Server) WriteResource(c echo.Context, status int, res any) error {
 	etag := ETag(body)
 	h := c.Response().Header()
 	h.Set("ETag", etag)
+	if o, ok := res.(Obj); ok {
+		setDescribedBy(c, o["@odata.type"])
+	}
 	if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
 		return s.writeJSON(c, status, body)
 	}
@@ -84,6 +87,33 @@ func (s *Server) WriteResource(c echo.Context, status int, res any) error {
 	return s.writeJSON(c, status, body)
 }
 
+// dmtfSchemaBase is where DMTF publishes its JSON schemas; their $id is
+// this URI and the file name.
+const dmtfSchemaBase = "http://redfish.dmtf.org/schemas/v1/"
+
+// setDescribedBy adds Link: <schema>; rel=describedby (DSP0266 "Link
+// header"): the JSON schema of the resource's @odata.type, versioned as
+// the type is ("#Chassis.v1_28_0.Chassis" → Chassis.v1_28_0.json,
+// "#ChassisCollection.ChassisCollection" → ChassisCollection.json).
+func setDescribedBy(c echo.Context, odataType any) {
+	t, _ := odataType.(string)
+	parts := strings.Split(strings.TrimPrefix(t, "#"), ".")
+	var file string
+	switch len(parts) {
+	case 2:
+		file = parts[0] + ".json"
+	case 3:
+		file = parts[0] + "." + parts[1] + ".json"
+	default:
+		return
+	}
+	h := c.Response().Header()
+	if h.Get("Link") != "" {
+		return // a finished task monitor's Link names its Task
+	}
+	h.Set("Link", "<"+dmtfSchemaBase+file+">; rel=describedby")
+}
+
 // WriteCreated answers a create with 201, Location and the new resource.
 func (s *Server) WriteCreated(c echo.Context, uri string, res any) error {
 	c.Response().Header().Set("Location", uri)
@@ -103,6 +133,9 @@ type Collection struct {
 	// Expand returns the member at uri for $expand. Set it only where
 	// expansion is cheap (in memory, or one query); nil ignores $expand.
 	Expand func(uri string) (any, error)
+	// AutoExpand lists the members inline without $expand, as the
+	// schema's OData.AutoExpand on Members requires (LogEntryCollection).
+	AutoExpand bool
 	// Rendered, if set, is RenderCollection of this same collection: the
 	// representation without query options, encoded once by a handler
 	// that serves the collection unchanged to many requests.
@@ -151,6 +184,10 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	q, qerr := parseQuery(c)
 	if qerr != nil {
 		return qerr
+	}
+	setDescribedBy(c, col.ODataType)
+	if col.AutoExpand && col.Expand != nil {
+		q.expand = true
 	}
 	if r := col.Rendered; r != nil && !q.paged() && !q.expand && len(q.sel) == 0 && q.filter == nil {
 		c.Response().Header().Set("ETag", r.etag)

@@ -138,8 +138,23 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 		if m == http.MethodHead {
 			m = http.MethodGet
 		}
+		// Checked before the public routes too: a client speaking another
+		// OData version gets 412 even from the service root.
+		if v := c.Request().Header.Get("OData-Version"); v != "" && v != "4.0" {
+			return NewError(http.StatusPreconditionFailed, M("Base.HeaderInvalid", "OData-Version: "+v))
+		}
 		rt, ok := pe.methods[m]
 		if ok && rt.priv == Public {
+			if m == http.MethodGet {
+				// A public resource (the service root) shows a caller
+				// who sent credentials what that caller may use.
+				if hasCredentials(c.Request()) {
+					if p, err := s.auth.authenticate(c); err == nil {
+						c.Set(principalKey, p)
+					}
+				}
+				s.setAllow(c, pe)
+			}
 			return rt.h(c)
 		}
 		if !ok && pe.public() {
@@ -156,11 +171,51 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 		if !p.Has(rt.priv) {
 			return ErrInsufficientPrivilege()
 		}
-		if v := c.Request().Header.Get("OData-Version"); v != "" && v != "4.0" {
-			return NewError(http.StatusPreconditionFailed, M("Base.HeaderInvalid", "OData-Version"))
+		if m == http.MethodGet {
+			s.setAllow(c, pe)
 		}
 		return rt.h(c)
 	}
+}
+
+// setAllow answers a GET or HEAD with Allow (DSP0266 "Allow"): the
+// methods of the resource the caller's privileges let it use, so that a
+// client knows before it tries whether a PATCH or DELETE is open to it.
+// handleError drops it from error answers other than 405.
+func (s *Server) setAllow(c echo.Context, pe *pathEntry) {
+	p := PrincipalOf(c)
+	var out []string
+	for _, m := range pe.allow() {
+		mm := m
+		if m == http.MethodHead {
+			mm = http.MethodGet
+		}
+		if rt := pe.methods[mm]; rt.priv == Public || p.Has(rt.priv) {
+			out = append(out, m)
+		}
+	}
+	c.Response().Header().Set("Allow", strings.Join(out, ", "))
+}
+
+// CanRead reports whether p may GET the resource at pattern (a route
+// pattern): links to what the caller cannot read are left out.
+func (s *Server) CanRead(p *Principal, pattern string) bool {
+	pe := s.paths[pattern]
+	if pe == nil {
+		return false
+	}
+	rt, ok := pe.methods[http.MethodGet]
+	return ok && rt.h != nil && (rt.priv == Public || p.Has(rt.priv))
+}
+
+// hasCredentials reports whether r carries a session token or Basic
+// credentials.
+func hasCredentials(r *http.Request) bool {
+	if r.Header.Get("X-Auth-Token") != "" {
+		return true
+	}
+	_, _, ok := r.BasicAuth()
+	return ok
 }
 
 // notFound answers paths no route matches: 401 without credentials, 404
@@ -222,6 +277,9 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if c.Response().Committed {
 		return
 	}
+	// Allow describes a resource; an error answer has its own (405 sets
+	// it again from e.Header).
+	c.Response().Header().Del("Allow")
 	if werr := s.writeError(c, e); werr != nil {
 		s.log.Debug("writing error response", "err", werr)
 	}

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/oemschema"
 )
 
 const (
@@ -103,6 +105,9 @@ var odataTypes = []string{
 	"#CertificateLocations.v1_0_4.CertificateLocations",
 	"#CertificateCollection.CertificateCollection",
 	"#Certificate.v1_11_0.Certificate",
+	"#ActionInfo.v1_5_0.ActionInfo",
+	"#JsonSchemaFileCollection.JsonSchemaFileCollection",
+	"#JsonSchemaFile.v1_1_5.JsonSchemaFile",
 }
 
 // topLevel are ServiceRoot's navigation properties and their URIs; each
@@ -113,6 +118,7 @@ var topLevel = []struct{ prop, uri string }{
 	{"Chassis", "/redfish/v1/Chassis"},
 	{"EventService", eventServiceURI},
 	{"Fabrics", "/redfish/v1/Fabrics"},
+	{"JsonSchemas", jsonSchemasURI},
 	{"Managers", managersURI},
 	{"Registries", registriesURI},
 	{"SessionService", sessionServiceURI},
@@ -127,7 +133,7 @@ func (s *Server) serviceRootRoutes() {
 		return s.WriteResource(c, http.StatusOK, Obj{"v1": "/redfish/v1/"})
 	})
 	s.Handle(http.MethodGet, serviceRootURI, Public, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, s.serviceRoot())
+		return s.WriteResource(c, http.StatusOK, s.serviceRoot(PrincipalOf(c)))
 	})
 	s.Handle(http.MethodGet, serviceRootURI+"/odata", Public, func(c echo.Context) error {
 		value := []Obj{{"name": "Service", "kind": "Singleton", "url": "/redfish/v1/"}}
@@ -141,9 +147,24 @@ func (s *Server) serviceRootRoutes() {
 	s.Handle(http.MethodGet, serviceRootURI+"/$metadata", Public, func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/xml; charset=utf-8", []byte(metadataXML()))
 	})
+	s.schemaStoreRoutes()
 }
 
-func (s *Server) serviceRoot() Obj {
+// serviceRoot is the service root as p sees it: a caller who sent
+// credentials gets links only to what it may read (a HostUser no
+// CertificateService it would get 403 from); an anonymous one, every
+// service this build has, to learn where to log in and what is there.
+func (s *Server) serviceRoot(p *Principal) Obj {
+	readable := func(uri string) bool {
+		if p == nil {
+			return s.HasRoute(uri)
+		}
+		return s.CanRead(p, uri)
+	}
+	links := Obj{"Sessions": Link(sessionsURI)}
+	if readable(managerURI) {
+		links["ManagerProvidingService"] = Link(managerURI)
+	}
 	o := Obj{
 		"@odata.id":      serviceRootURI,
 		"@odata.type":    "#ServiceRoot.v1_20_0.ServiceRoot",
@@ -163,13 +184,10 @@ func (s *Server) serviceRoot() Obj {
 			"MultipleHTTPRequests": true,
 			"DeepOperations":       Obj{"DeepPATCH": false, "DeepPOST": false},
 		},
-		"Links": Obj{
-			"Sessions":                Link(sessionsURI),
-			"ManagerProvidingService": Link(managerURI),
-		},
+		"Links": links,
 	}
 	for _, t := range topLevel {
-		if s.HasRoute(t.uri) {
+		if readable(t.uri) {
 			o[t.prop] = Link(t.uri)
 		}
 	}
@@ -211,6 +229,11 @@ func metadataXML() string {
 		}
 		b.WriteString("  </edmx:Reference>\n")
 	}
+	// The OEM extension, from the box's own schema store (schemas.go).
+	b.WriteString(`  <edmx:Reference Uri="` + oemschema.CSDLURI + `">` + "\n")
+	b.WriteString(`    <edmx:Include Namespace="` + oemschema.Vendor + `"/>` + "\n")
+	b.WriteString(`    <edmx:Include Namespace="` + oemschema.Namespace + `"/>` + "\n")
+	b.WriteString("  </edmx:Reference>\n")
 	b.WriteString(`  <edmx:DataServices>
     <Schema xmlns="http://docs.oasis-open.org/odata/ns/edm" Namespace="Service">
       <EntityContainer Name="Service" Extends="ServiceRoot.v1_20_0.ServiceContainer"/>

@@ -52,6 +52,8 @@ func (s *Server) sessionRoutes() {
 			Expand: func(uri string) (any, error) { return s.sessionBody(byURI[uri]), nil }})
 	})
 	s.Handle(http.MethodPost, sessionsURI, Public, s.login)
+	// DSP0266 lets a client log in by POST to the collection's Members too.
+	s.Handle(http.MethodPost, sessionsURI+"/Members", Public, s.login)
 	s.Handle(http.MethodGet, sessionsURI+"/:id", PrivLogin, func(c echo.Context) error {
 		sess, err := s.findSession(c)
 		if err != nil {

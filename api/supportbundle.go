@@ -192,7 +192,8 @@ func (s *Server) supportBundleRoutes() {
 		return s.WriteCollection(c, Collection{
 			ODataID: uri + "/Entries", ODataType: "#LogEntryCollection.LogEntryCollection",
 			Name: "Diagnostic Entries", Members: uris,
-			Expand: func(u string) (any, error) { return s.diagnosticEntry(byURI[u]), nil },
+			Expand:     func(u string) (any, error) { return s.diagnosticEntry(byURI[u]), nil },
+			AutoExpand: true,
 		})
 	})
 	s.Handle(http.MethodGet, uri+"/Entries/:id", PrivApplianceView, func(c echo.Context) error {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -71,7 +72,7 @@ func memory(v *poolView, g dcd.Grant) Obj {
 			"MemoryMediaSources": Links(ChunkURI(g.Chunk)),
 			"Endpoints":          Links(TargetURI(g.Host)),
 		},
-		"Oem": Obj{"CxlPool": Obj{"Connection": Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}},
+		"Oem": oemschema.Oem("Memory", Obj{"Connection": Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}),
 	}
 	if ch, ok := v.chunk(g.Chunk); ok {
 		o["Links"].(Obj)["MemoryRegionMediaSources"] = Links(MemoryRegionURI(g.Host, ch.Region))

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 )
 
@@ -81,13 +82,13 @@ func system(v *poolView, h dcd.HostID) Obj {
 		// The only memory the service knows of: what the pool lends.
 		"MemorySummary": Obj{"TotalSystemMemoryGiB": float64(granted) / (1 << 30)},
 		"Links":         Obj{"Endpoints": Links(InitiatorURI(h))},
-		"Oem": Obj{"CxlPool": Obj{
+		"Oem": oemschema.Oem("ComputerSystem", Obj{
 			"LinkUp":        head.LinkUp,
 			"Port":          head.Port,
 			"QuotaMiB":      mib(host.Quota),
 			"GrantedMiB":    mib(granted),
 			"LogicalDevice": Link(LogicalDeviceURI(h)),
-		}},
+		}),
 	}
 	if host.Name != "" {
 		o["HostName"] = host.Name

@@ -20,6 +20,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 	"cxlpool/hmu"
@@ -301,7 +302,7 @@ func (t *telemetryAPI) service(p *Principal) Obj {
 	if t.tel == nil {
 		o["ServiceEnabled"] = false
 		o["Status"] = Obj{"State": "Disabled", "Health": "OK"}
-		o["Oem"] = Obj{"CxlPool": Obj{"DisabledReason": "the device's CHMU is not reachable: start the daemon with --chmu PATH[@OFFSET] or --chmu pci:BDF"}}
+		o["Oem"] = oemschema.Oem("TelemetryService", Obj{"DisabledReason": "the device's CHMU is not reachable: start the daemon with --chmu PATH[@OFFSET] or --chmu pci:BDF"})
 		return o
 	}
 	o["ServiceEnabled"] = true
@@ -325,7 +326,7 @@ func (t *telemetryAPI) service(p *Principal) Obj {
 		caps, n := t.tel.CHMUCaps()
 		oem["CHMUCapabilities"] = capsBody(caps, n)
 	}
-	o["Oem"] = Obj{"CxlPool": oem}
+	o["Oem"] = oemschema.Oem("TelemetryService", oem)
 	return o
 }
 
@@ -757,7 +758,7 @@ func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
 		if sc >= 0 {
 			oem["Shared"] = u.shared
 		}
-		v["Oem"] = Obj{"CxlPool": oem}
+		v["Oem"] = oemschema.Oem("MetricValue", oem)
 		values = append(values, v)
 	}
 
@@ -778,7 +779,7 @@ func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
 		"Timestamp":              now,
 		"MetricReportDefinition": Link(reportDefinitionsURI + "/" + id),
 		"MetricValues":           values,
-		"Oem":                    Obj{"CxlPool": oem},
+		"Oem":                    oemschema.Oem("MetricReport", oem),
 	}, nil
 }
 

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/bmc"
 )
 
@@ -105,7 +106,7 @@ func fanBody(f bmc.Fan) Obj {
 	if f.SensorID != "" {
 		// The speed sensor is a Rotational one; the Fan's own
 		// DataSourceUri would have to be a Percent sensor.
-		o["Oem"] = Obj{"CxlPool": Obj{"SpeedSensor": Link(SensorsURI + "/" + f.SensorID)}}
+		o["Oem"] = oemschema.Oem("Fan", Obj{"SpeedSensor": Link(SensorsURI + "/" + f.SensorID)})
 	}
 	return o
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/oemschema"
 	"cxlpool/image/update"
 )
 
@@ -150,7 +151,7 @@ func (s *Server) slotInventory() []Obj {
 			"Active":      st.Running,
 			"Status":      Obj{"State": state, "Health": health},
 			"RelatedItem": Links(managerURI),
-			"Oem":         Obj{"CxlPool": oem},
+			"Oem":         oemschema.Oem("SoftwareInventory", oem),
 		}
 		if st.Version != "" {
 			o["Version"] = st.Version

@@ -13,6 +13,8 @@ import (
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
+
+	"cxlpool/api/oemschema"
 )
 
 // DMTF schema URL prefixes and where their files are in shared/.
@@ -81,6 +83,9 @@ func (l schemaLoader) Load(url string) (any, error) {
 		name = strings.TrimPrefix(url, swordfishPrefix)
 	default:
 		return nil, fmt.Errorf("schema %s: not a DMTF URL", url)
+	}
+	if filepath.Base(name) == oemschema.JSONSchemaFile {
+		return oemDocument()
 	}
 	f, err := os.Open(filepath.Join(l.dir, filepath.Base(name)))
 	if err != nil {
@@ -169,7 +174,7 @@ func (v *Validator) schema(file, def string) (*jsonschema.Schema, error) {
 	if sch, ok := v.schemas[key]; ok {
 		return sch, nil
 	}
-	if _, err := os.Stat(filepath.Join(v.dir, file)); err != nil {
+	if _, err := os.Stat(filepath.Join(v.dir, file)); err != nil && file != oemschema.JSONSchemaFile {
 		return nil, fmt.Errorf("no schema file %s (is the @odata.type version the newest in the bundle?)", file)
 	}
 	sch, err := v.compiler.Compile(dmtfPrefix + key)
@@ -220,7 +225,75 @@ func (v *Validator) Check(body []byte) error {
 	if err := sch.Validate(inst); err != nil {
 		return err
 	}
-	return nil
+	return v.checkOem(inst, "")
+}
+
+// oemDocument is the CxlPool OEM JSON schema (api/oemschema), read as the
+// DMTF ones are. Its $id names where the box serves it; the validator
+// knows it under the DMTF prefix, where $refs from it resolve.
+func oemDocument() (any, error) {
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(oemschema.JSONSchema()))
+	if err != nil {
+		return nil, fmt.Errorf("OEM schema: %w", err)
+	}
+	if m, ok := doc.(map[string]any); ok {
+		delete(m, "$schema")
+		delete(m, "$id")
+	}
+	return doc, nil
+}
+
+// checkOem validates every Oem object in v against the OEM schema: DMTF's
+// Oem definition takes anything, so without this an OEM property could
+// be misspelt, mistyped or lack its @odata.type unnoticed. The service's
+// one vendor key is CxlPool; any other is an error.
+func (v *Validator) checkOem(x any, path string) error {
+	var errs []error
+	switch t := x.(type) {
+	case map[string]any:
+		for k, e := range t {
+			if oem, ok := e.(map[string]any); ok && k == "Oem" {
+				for vendor, obj := range oem {
+					if strings.Contains(vendor, "@") {
+						continue
+					}
+					if err := v.checkOemObject(vendor, obj); err != nil {
+						errs = append(errs, fmt.Errorf("%s/Oem/%s: %w", path, vendor, err))
+					}
+				}
+			}
+			if err := v.checkOem(e, path+"/"+k); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	case []any:
+		for i, e := range t {
+			if err := v.checkOem(e, fmt.Sprintf("%s/%d", path, i)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (v *Validator) checkOemObject(vendor string, obj any) error {
+	if vendor != oemschema.Vendor {
+		return fmt.Errorf("unknown OEM vendor %q (the service's extension is %s)", vendor, oemschema.Vendor)
+	}
+	m, ok := obj.(map[string]any)
+	if !ok {
+		return errors.New("not an object")
+	}
+	t, _ := m["@odata.type"].(string)
+	def, ok := strings.CutPrefix(t, "#"+oemschema.Namespace+".")
+	if !ok || def == "" || strings.Contains(def, ".") {
+		return fmt.Errorf("@odata.type %q is not #%s.<Type>", t, oemschema.Namespace)
+	}
+	sch, err := v.schema(oemschema.JSONSchemaFile, def)
+	if err != nil {
+		return fmt.Errorf("%s: %w", t, err)
+	}
+	return sch.Validate(obj)
 }
 
 type expandedResource struct {

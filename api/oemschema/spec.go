@@ -1,0 +1,243 @@
+package oemschema
+
+// The CxlPool OEM extension, one complexType per object the service puts
+// under Oem.CxlPool (top level: the @odata.type it carries) or below one
+// (nested). gen.go writes the CSDL and the JSON schema from this list, so
+// the two never disagree; a new Oem property is added here, then
+// `go test ./api/oemschema -update` rewrites both files.
+
+// kind is a property's type.
+type kind int
+
+const (
+	kString   kind = iota
+	kInt           // Edm.Int64, JSON integer
+	kNumber        // Edm.Decimal, JSON number
+	kBool          // Edm.Boolean
+	kDateTime      // Edm.DateTimeOffset
+	kLink          // a navigation property: {"@odata.id": ...}
+	kObject        // a complexType of this extension
+)
+
+type prop struct {
+	name string
+	kind kind
+	// of is the link's DMTF entity type ("Memory.Memory") or the
+	// object's complexType name.
+	of       string
+	array    bool
+	nullable bool
+	write    bool // a client may set it (POST or PATCH)
+	desc     string
+}
+
+type complexType struct {
+	name string
+	// top is a type whose objects sit at Oem.CxlPool and carry
+	// @odata.type "#CxlPool.v1_0_0.<name>".
+	top   bool
+	desc  string
+	props []prop
+}
+
+func str(name, desc string) prop     { return prop{name: name, kind: kString, desc: desc} }
+func integer(name, desc string) prop { return prop{name: name, kind: kInt, desc: desc} }
+func boolean(name, desc string) prop { return prop{name: name, kind: kBool, desc: desc} }
+func when(name, desc string) prop    { return prop{name: name, kind: kDateTime, desc: desc} }
+func link(name, of, desc string) prop {
+	return prop{name: name, kind: kLink, of: of, desc: desc}
+}
+func object(name, of, desc string) prop { return prop{name: name, kind: kObject, of: of, desc: desc} }
+
+func (p prop) rw() prop   { p.write = true; return p }
+func (p prop) list() prop { p.array = true; return p }
+func (p prop) null() prop { p.nullable = true; return p }
+
+// extension is the whole extension, in the order the files list it.
+func extension() []complexType {
+	return []complexType{
+		{name: "ManagerAccount", top: true, desc: "The host an account of a host role is bound to.", props: []prop{
+			str("SystemId", "The Id of the ComputerSystem (host) the account is bound to.").rw(),
+			link("System", "ComputerSystem.ComputerSystem", "The ComputerSystem (host) the account is bound to."),
+		}},
+		{name: "ComputerSystem", top: true, desc: "A host's head port, quota and granted pool memory.", props: []prop{
+			boolean("LinkUp", "Whether the host's CXL link to its head port is up."),
+			integer("Port", "The head port the host is attached to."),
+			integer("QuotaMiB", "The most pool memory the host may hold, in MiB (0: no limit).").rw(),
+			integer("GrantedMiB", "The pool memory granted to the host, in MiB."),
+			link("LogicalDevice", "CXLLogicalDevice.CXLLogicalDevice", "The logical device of the multi-headed device that serves the host."),
+		}},
+		{name: "Memory", top: true, desc: "The grant that lends a host this memory.", props: []prop{
+			link("Connection", "Connection.Connection", "The connection (grant) the memory comes from."),
+			integer("ExtentCount", "The number of device extents the memory is made of."),
+		}},
+		{name: "Connection", top: true, desc: "The grant of a memory chunk to a host.", props: []prop{
+			str("GrantState", "The state of the grant in the capacity ledger."),
+			integer("GrantedMiB", "The memory granted, in MiB."),
+			integer("ExtentCount", "The number of device extents of the grant."),
+			when("Created", "When the grant was made."),
+			link("Memory", "Memory.Memory", "The memory the host sees for this grant, once granted."),
+		}},
+		{name: "MemoryChunks", top: true, desc: "Where a chunk lives in the device and who holds it.", props: []prop{
+			boolean("Sharable", "Whether the chunk lies in a sharable region (may be granted to several hosts).").rw(),
+			integer("Region", "The dynamic capacity region the chunk lies in.").rw(),
+			str("Tag", "The chunk's tag (a UUID), which names its extents in the device."),
+			when("Created", "When the chunk was reserved."),
+			object("Grants", "ChunkGrant", "The grants of the chunk the caller may see.").list(),
+			str("Name", "The chunk's name.").rw(),
+			str("Owner", "The Id of the ComputerSystem (host) that reserved the chunk."),
+		}},
+		{name: "ChunkGrant", desc: "One grant of a chunk.", props: []prop{
+			link("Connection", "Connection.Connection", "The connection of the grant."),
+			str("SystemId", "The Id of the ComputerSystem (host) the chunk is granted to."),
+			str("State", "The state of the grant in the capacity ledger."),
+		}},
+		{name: "MemoryDomain", top: true, desc: "How the pool's capacity is used.", props: []prop{
+			integer("FreeMiB", "The capacity no chunk holds, in MiB."),
+			object("Regions", "DomainRegion", "The dynamic capacity regions of the device.").list(),
+			integer("ReservedMiB", "The capacity of chunks reserved and not granted, in MiB."),
+			integer("GrantedMiB", "The capacity granted to hosts, in MiB."),
+			integer("SharedMiB", "The capacity of sharable chunks granted to several hosts, in MiB."),
+			integer("OrphanedMiB", "The capacity the device holds for no chunk of the ledger, in MiB."),
+			integer("QuotaMiB", "The caller's host quota, in MiB (0: no limit)."),
+			integer("HeldMiB", "The capacity counted against the caller's host quota, in MiB."),
+		}},
+		{name: "DomainRegion", desc: "One dynamic capacity region.", props: []prop{
+			integer("Region", "The region's index."),
+			boolean("Sharable", "Whether the region's capacity may be shared between hosts."),
+			integer("SizeMiB", "The region's size, in MiB."),
+			integer("FreeMiB", "The region's capacity no chunk holds, in MiB."),
+			integer("BlockSizeMiB", "The region's block size, in MiB."),
+		}},
+		{name: "DynamicCapacityDevice", top: true, desc: "The identity and limits of the multi-headed dynamic capacity device.", props: []prop{
+			str("VendorId", "The PCI vendor ID (0xNNNN)."),
+			str("DeviceId", "The PCI device ID (0xNNNN)."),
+			str("SubsystemVendorId", "The PCI subsystem vendor ID (0xNNNN)."),
+			str("SubsystemId", "The PCI subsystem ID (0xNNNN)."),
+			integer("TotalCapacityMiB", "The device's total capacity, in MiB."),
+			integer("ExtentsPerHost", "The most extents the device keeps for one host."),
+			integer("TagsPerHost", "The most tags the device keeps for one host."),
+		}},
+		{name: "LocalCXLDevice", top: true, desc: "A CXL memory device of the management computer, as the Linux CXL driver shows it.", props: []prop{
+			str("Name", "The driver's name of the device (memN)."),
+			integer("RAMBytes", "The device's volatile capacity, in bytes."),
+			integer("PMEMBytes", "The device's persistent capacity, in bytes."),
+			integer("NUMANode", "The NUMA node of the device (-1: none)."),
+			str("Host", "The host bridge the device is below."),
+			str("IdentifyError", "Why the device's mailbox did not answer Identify."),
+		}},
+		{name: "Fabric", top: true, desc: "Where remote clients reach exported pool memory.", props: []prop{
+			str("Transport", "The transport exports are served over."),
+			str("Address", "The address the export server listens on."),
+		}},
+		{name: "Export", top: true, desc: "Pool memory exported to a remote client.", props: []prop{
+			str("Client", "The remote client the memory is exported to.").rw(),
+			integer("Offset", "The offset of the export in the chunk, in bytes.").rw(),
+			integer("Length", "The length of the export, in bytes.").rw(),
+			when("Created", "When the export was made."),
+			when("Expiry", "When the export ends.").rw(),
+			object("Traffic", "ExportTraffic", "The operations the client made on the export."),
+			str("Token", "The client's access token: shown only in the answer that creates the export."),
+		}},
+		{name: "ExportTraffic", desc: "The operations a remote client made on an export.", props: []prop{
+			integer("Reads", "The number of READ operations."),
+			integer("Writes", "The number of WRITE operations."),
+			integer("Atomics", "The number of atomic operations."),
+			integer("BytesRead", "The bytes read."),
+			integer("BytesWritten", "The bytes written."),
+		}},
+		{name: "LogEntry", top: true, desc: "The change request an audit log entry records.", props: []prop{
+			str("Method", "The request's HTTP method."),
+			str("URI", "The request's URI."),
+			integer("StatusCode", "The HTTP status of the answer."),
+			str("Client", "The address the request came from."),
+		}},
+		{name: "Fan", top: true, desc: "The sensor of a fan's speed.", props: []prop{
+			link("SpeedSensor", "Sensor.Sensor", "The sensor that reads the fan's speed."),
+		}},
+		{name: "SoftwareInventory", top: true, desc: "A slot of the box's A/B image.", props: []prop{
+			str("State", "The slot's state."),
+			boolean("Trial", "Whether the slot boots next on trial."),
+			boolean("Active", "Whether the slot is the one the box boots."),
+			boolean("Running", "Whether the running image came from the slot."),
+			integer("SecurityVersion", "The image's security version (rollback protection)."),
+			str("Error", "Why the slot's image is not usable."),
+		}},
+		{name: "TelemetryService", top: true, desc: "The hotness stream and the CHMU configuration.", props: []prop{
+			str("DisabledReason", "Why the service is disabled."),
+			str("StreamUri", "The WebSocket URI of the live hotness stream."),
+			str("StreamTicketUri", "Where a client gets a ticket that opens the stream."),
+			prop{name: "FramesPerSecond", kind: kNumber, desc: "How many frames per second the stream sends."},
+			object("CHMU", "CHMU", "The CXL Hotness Monitoring Unit's configuration.").rw(),
+			object("CHMUCapabilities", "CHMUCapabilities", "What the CXL Hotness Monitoring Unit can do."),
+		}},
+		{name: "CHMU", desc: "The CXL Hotness Monitoring Unit's configuration.", props: []prop{
+			boolean("Enabled", "Whether the unit counts accesses.").rw(),
+			str("AccessType", "The accesses counted.").rw(),
+			integer("UnitBytes", "The size of a counted unit, in bytes.").rw(),
+			integer("Threshold", "The count at which a unit is hot.").rw(),
+			str("Mode", "Epoch or AlwaysOn.").rw(),
+			integer("EpochMilliseconds", "The epoch length, in milliseconds.").rw(),
+			integer("DownSamplingFactor", "One access in this many is counted.").rw(),
+			boolean("RandomDownSampling", "Whether down-sampling is random.").rw(),
+			boolean("OverflowInterrupt", "Whether a hotlist overflow interrupts.").rw(),
+			boolean("LevelInterrupt", "Whether the hotlist fill level interrupts.").rw(),
+			integer("FillThreshold", "The hotlist fill level that interrupts.").rw(),
+			integer("Ranges", "The monitored ranges (null: all).").list().null().rw(),
+		}},
+		{name: "CHMUCapabilities", desc: "What the CXL Hotness Monitoring Unit can do.", props: []prop{
+			integer("Instances", "The number of units."),
+			integer("HotlistEntries", "The size of a unit's hotlist."),
+			str("AccessTypes", "The access types a unit can count.").list(),
+			integer("UnitBytes", "The unit sizes supported, in bytes.").list(),
+			integer("DownSamplingFactors", "The down-sampling factors supported.").list(),
+			str("Modes", "The modes supported.").list(),
+			integer("MinEpochMilliseconds", "The shortest epoch, in milliseconds."),
+			integer("MaxEpochMilliseconds", "The longest epoch, in milliseconds."),
+			integer("RangeBytes", "The size of a monitored range, in bytes."),
+			integer("RangeCount", "The number of ranges a unit can monitor."),
+			boolean("RandomDownSampling", "Whether random down-sampling is supported."),
+			boolean("OverflowInterrupt", "Whether an overflow interrupt is supported."),
+			boolean("LevelInterrupt", "Whether a fill-level interrupt is supported."),
+		}},
+		{name: "MetricReport", top: true, desc: "The unit size, placement hints and collector counters of a hotness report.", props: []prop{
+			integer("UnitBytes", "The size of a reported unit, in bytes."),
+			object("Hints", "Hints", "The host's placement advice."),
+			object("Collector", "Collector", "The collector's counters."),
+		}},
+		{name: "MetricValue", top: true, desc: "Where a hot unit is.", props: []prop{
+			integer("DPA", "The unit's device physical address."),
+			integer("Bytes", "The unit's size, in bytes."),
+			integer("ErrorBound", "The most the count may be over."),
+			boolean("Shared", "Whether the unit lies in shared capacity."),
+		}},
+		{name: "Hints", desc: "A host's placement advice.", props: []prop{
+			object("Promote", "PromoteHint", "The units to keep close.").list(),
+			object("Shrink", "ShrinkHint", "The held memory that has gone cold.").list(),
+			integer("HeldBytes", "The pool memory the host holds, in bytes."),
+			integer("ColdBytes", "The held memory that has gone cold, in bytes."),
+		}},
+		{name: "PromoteHint", desc: "A unit to keep close.", props: []prop{
+			integer("DPA", "The unit's device physical address."),
+			integer("Bytes", "The unit's size, in bytes."),
+			integer("Accesses", "The unit's access count."),
+			integer("ErrorBound", "The most the count may be over."),
+			link("Memory", "Memory.Memory", "The host memory the unit lies in."),
+		}},
+		{name: "ShrinkHint", desc: "Held memory that has gone cold.", props: []prop{
+			integer("Bytes", "The size of the memory, in bytes."),
+			integer("ColdBytes", "The part of it that is cold, in bytes."),
+			link("Memory", "Memory.Memory", "The host memory."),
+		}},
+		{name: "Collector", desc: "The hotness collector's counters.", props: []prop{
+			integer("Records", "The hotlist records read."),
+			integer("Accesses", "The accesses the records count."),
+			integer("Unmapped", "The records of addresses no chunk holds."),
+			integer("Drains", "The hotlist drains."),
+			integer("DrainErrors", "The drains that failed."),
+			integer("Overflows", "The hotlist overflows."),
+			integer("Epochs", "The epochs ended."),
+			integer("Resets", "The unit resets."),
+		}},
+	}
+}
