@@ -172,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	dcfg := dcd.Config{Ledger: led, Device: early, Logger: cfg.Logger.With("component", "dcd"),
 		Clock: cfg.Clock, AddTimeout: cfg.AddTimeout, ReleaseTimeout: cfg.ReleaseTimeout}
 	if a.Exports != nil {
-		dcfg.BeforeRelease = a.Exports.BeforeRelease
+		dcfg.Guard = a.Exports
 	}
 	mgr, err := dcd.NewManager(dcfg)
 	if err != nil {

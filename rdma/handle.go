@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -60,6 +61,7 @@ func (g *gate) close() {
 // segment is one device extent's part of an export, mapped.
 type segment struct {
 	off uint64 // export offset of b[0]
+	dpa uint64 // device physical address of b[0]
 	b   []byte
 }
 
@@ -115,7 +117,7 @@ func newHandle(exp Export, hash TokenHash, extents []cci.Extent, mem Memory, clo
 		if err != nil {
 			return nil, fmt.Errorf("rdma: map %#x bytes at DPA %#x: %w", r.Length, r.DPA, err)
 		}
-		h.segs = append(h.segs, segment{off: off, b: b})
+		h.segs = append(h.segs, segment{off: off, dpa: r.DPA, b: b})
 		off += r.Length
 	}
 	if left != 0 {
@@ -325,6 +327,25 @@ func (h *Handle) revoke(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("rdma: revoke %s: accesses still in flight: %w", h.exp.ID, ctx.Err())
 	}
+}
+
+// scrub zeroes what the export could write, once it is revoked and
+// drained: the device had already given the capacity back when the export
+// was cut, so writes that reached it after the device's sanitize must not
+// be found by the next holder of these blocks.
+func (h *Handle) scrub(mem Memory) error {
+	if !h.exp.Perms.Has(PermWrite) {
+		return nil
+	}
+	var errs []error
+	for _, sg := range h.segs {
+		if z, ok := mem.(Zeroer); ok {
+			errs = append(errs, z.Zero(sg.dpa, uint64(len(sg.b))))
+			continue
+		}
+		clear(sg.b)
+	}
+	return errors.Join(errs...)
 }
 
 // Revoked reports whether revocation has started.

@@ -30,6 +30,13 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 		if err != nil {
 			return err
 		}
+		if len(c.Extents) == 0 && holders == 0 {
+			// Reserved before chunks were placed: place it now, so
+			// its add is prescriptive like every other.
+			if c.Extents, err = placeLate(ctx, tx, c); err != nil {
+				return err
+			}
+		}
 		if h.Quota > 0 {
 			var held int64
 			if err := tx.QueryRowContext(ctx, qHostHeld, host).Scan(&held); err != nil {
