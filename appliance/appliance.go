@@ -149,7 +149,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	} else {
 		// A real link can drop and come back: keep redialing it.
 		dial := func(ctx context.Context) (io.ReadWriteCloser, error) { return dialDevice(ctx, cfg.Device, cfg.Logger) }
-		if dev, err = openRedial(ctx, dial, fcfg, cfg.Logger.With("component", "link")); err != nil {
+		if dev, err = openRedial(ctx, dial, fcfg, cfg.Logger.With("component", "link"), redialConfig{Now: cfg.Clock}); err != nil {
 			return nil, fmt.Errorf("appliance: device %s: %w", cfg.Device, err)
 		}
 	}

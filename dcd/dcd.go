@@ -25,7 +25,12 @@ var (
 	ErrHostTimeout   = errors.New("host did not answer in time")
 	ErrLinkDown      = errors.New("host link is down")
 	ErrDeviceBusy    = errors.New("device is busy")
-	ErrDevice        = errors.New("device error")
+	// ErrDeviceUnreachable: the link to the device is down or the device
+	// does not answer on it (fabric.ErrClosed, fabric.ErrTimeout); the
+	// command may be retried once it is back. ErrDevice is a device that
+	// answered with an error.
+	ErrDeviceUnreachable = errors.New("device cannot be reached")
+	ErrDevice            = errors.New("device error")
 	// ErrFenced: the host's head is being power-cycled (or is off after
 	// a ForceOff); no capacity goes to it until the fence is lifted.
 	ErrFenced = errors.New("host is fenced for a head power cycle")

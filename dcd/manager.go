@@ -566,7 +566,7 @@ func grantErr(g Grant) error {
 	case GrantFailed, GrantLost:
 		// Reasons are stored as text (they must survive restarts) and
 		// start with the sentinel's text, as failGrant writes them.
-		for _, e := range []error{ErrHostRejected, ErrHostTimeout, ErrLinkDown, ErrDeviceBusy, ErrNoCapacity, ErrFenced, ErrDevice} {
+		for _, e := range []error{ErrHostRejected, ErrHostTimeout, ErrLinkDown, ErrDeviceBusy, ErrNoCapacity, ErrFenced, ErrDeviceUnreachable, ErrDevice} {
 			if strings.HasPrefix(g.Reason, e.Error()) {
 				return fmt.Errorf("grant %d: %s: %w", g.ID, g.Reason, e)
 			}
@@ -665,12 +665,14 @@ func (m *Manager) runAddDevice(ctx context.Context, g Grant, c Chunk, others, re
 				if st == addAccepted {
 					return exts, nil, true
 				}
+				if !answered && m.resets.Load() != resets {
+					return nil, fmt.Errorf("%w: the device reset and dropped the offer", ErrDevice), true
+				}
 				if !answered {
-					why := "the offer disappeared from the device without an answer from the host"
-					if m.resets.Load() != resets {
-						why = "the device reset and dropped the offer"
-					}
-					return nil, fmt.Errorf("%w: %s", ErrDevice, why), true
+					// Only the host's answer takes an offer off the device
+					// without a reset; devices that log no Add Capacity
+					// Response when the host accepted nothing are common.
+					return nil, fmt.Errorf("%w: accepted none of the offered capacity (the device reported no answer record)", ErrHostRejected), true
 				}
 				return nil, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected), true
 			}
@@ -903,6 +905,8 @@ func deviceErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrDeviceBusy, err)
 	case errors.Is(err, cci.ResourcesExhausted):
 		return fmt.Errorf("%w: %v", ErrNoCapacity, err)
+	case errors.Is(err, fabric.ErrClosed), errors.Is(err, fabric.ErrTimeout):
+		return fmt.Errorf("%w: %v", ErrDeviceUnreachable, err)
 	}
 	return fmt.Errorf("%w: %v", ErrDevice, err)
 }
