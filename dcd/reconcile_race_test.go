@@ -247,4 +247,13 @@ func (s *stack) checkAgree(t *testing.T) {
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("device holds %v, ledger grants %v", got, want)
 	}
+	// The invariant checker judges the same moment more strictly: exact
+	// extents, nothing unexplained, no DPA byte held twice, exports backed.
+	rep, err := s.m.CheckInvariants(ctx, s.app.Exports)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
 }

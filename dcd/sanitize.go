@@ -27,7 +27,7 @@ type unsanitizedRegion int
 
 func (e unsanitizedRegion) Error() string {
 	return fmt.Sprintf("region %d does not sanitize capacity a host releases itself "+
-		"(Sanitize on Release is off and the device does not let it be changed): allocation refused", int(e))
+		"(Sanitize on Release is off and the device does not let it be changed), so no new chunk is placed in it", int(e))
 }
 
 func (unsanitizedRegion) Unwrap() error { return ErrInvalid }

@@ -113,7 +113,7 @@ func TestReserveRefusesRegionThatDoesNotSanitize(t *testing.T) {
 	if got := s.m.Box().Regions[0].SanitizeOnRelease; got {
 		t.Fatalf("region 0: Sanitize on Release %v after discovery, want off (fixed by the device)", got)
 	}
-	const rule = "region 0 does not sanitize capacity a host releases itself (Sanitize on Release is off and the device does not let it be changed): allocation refused"
+	const rule = "region 0 does not sanitize capacity a host releases itself (Sanitize on Release is off and the device does not let it be changed), so no new chunk is placed in it"
 	tests := []struct {
 		name    string
 		req     dcd.ReserveRequest
@@ -161,7 +161,7 @@ func TestAllocationRefusal(t *testing.T) {
 		t.Errorf("region that sanitizes: got %v, want nil", err)
 	}
 	err := dcd.AllocationRefusal(dcd.Region{Index: 1})
-	want := "region 1 does not sanitize capacity a host releases itself (Sanitize on Release is off and the device does not let it be changed): allocation refused"
+	want := "region 1 does not sanitize capacity a host releases itself (Sanitize on Release is off and the device does not let it be changed), so no new chunk is placed in it"
 	if err == nil || err.Error() != want || !errors.Is(err, dcd.ErrInvalid) {
 		t.Errorf("region that does not sanitize: got %v, want %q wrapping ErrInvalid", err, want)
 	}

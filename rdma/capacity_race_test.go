@@ -124,6 +124,14 @@ func TestHostOwnReleaseWhileAnotherFlowWaits(t *testing.T) {
 	if _, err := svc.Create(ctx, rdma.CreateRequest{Chunk: x.ID, Client: "rack-7", Perms: rdma.PermRead}); !errors.Is(err, rdma.ErrNoExtents) {
 		t.Errorf("export of a chunk nobody holds: got %v, want ErrNoExtents", err)
 	}
+	// Once host 2's slow answer is in, ledger, device and exports agree.
+	rep, err := e.app.Manager.CheckInvariants(ctx, svc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := rep.Err(); err != nil {
+		t.Error(err)
+	}
 }
 
 // TestLeavingIsOneStep is issue #21 §3: both holders of a shared chunk
