@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -946,4 +947,77 @@ func (s *Server) replaceCertificate(c echo.Context) error {
 	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
 	c.Response().Header().Set("Location", httpsCertMemberURI)
 	return s.WriteResource(c, http.StatusOK, s.certificateResource(cert))
+}
+
+// certRenewBefore is how long before its end the box renews its own
+// self-signed certificate.
+const certRenewBefore = 30 * 24 * time.Hour
+
+// renewLoop checks the served certificate for renewal now and every
+// Transport.CertCheckInterval until ctx ends.
+func (s *Server) renewLoop(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.Transport.CertCheckInterval)
+	defer tick.Stop()
+	for {
+		if _, err := s.renewSelfSigned(); err != nil {
+			s.log.Error("renewing the self-signed TLS certificate; the current one is served on", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// renewSelfSigned replaces the box's own self-signed certificate with a
+// new one (and a new key) when it ends within certRenewBefore, or was made
+// to last longer than selfSignedValidity (older versions made ten-year
+// ones), and publishes ResourceChanged for it. A certificate an operator
+// installed is never touched: both the served one and the pair on disk
+// must be the generated kind. New connections get the new one at once.
+// The files change as in installCertificate (staged key, cert.pem,
+// key.pem), so a power cut leaves a pair the next start loads.
+func (s *Server) renewSelfSigned() (bool, error) {
+	s.certs.mu.Lock()
+	defer s.certs.mu.Unlock()
+	cur := s.certs.cur.Load()
+	if cur == nil {
+		return false, nil
+	}
+	leaf := leafOf(*cur)
+	now := s.now()
+	due := now.Add(certRenewBefore).After(leaf.NotAfter) || leaf.NotAfter.Sub(leaf.NotBefore) > selfSignedValidity
+	cp, kp, staged := s.tlsPath(certFile), s.tlsPath(keyFile), s.tlsPath(stagedKeyFile)
+	if !due || !generatedCert(leaf) || !generatedPair(cp, kp) {
+		return false, nil
+	}
+	certPEM, keyPEM, err := selfSigned(now)
+	if err != nil {
+		return false, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return false, err
+	}
+	if err := writeFileAtomic(staged, keyPEM, 0o600); err != nil {
+		return false, err
+	}
+	if err := writeFileAtomic(cp, certPEM, 0o644); err != nil {
+		return false, err
+	}
+	if err := writeFileAtomic(kp, keyPEM, 0o600); err != nil {
+		// The next start completes it from the staged key; until then
+		// the old pair is served.
+		return false, err
+	}
+	if err := removeSynced(staged); err != nil {
+		s.log.Warn("removing the renewed key's staged copy", "path", staged, "err", err)
+	}
+	s.certs.cur.Store(&cert)
+	nl := leafOf(cert)
+	s.log.Info("renewed the self-signed TLS certificate; new connections get it", "old_not_after", leaf.NotAfter,
+		"not_after", nl.NotAfter, "path", cp)
+	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
+	return true, nil
 }
