@@ -959,8 +959,11 @@ func (s *Server) renewLoop(ctx context.Context) {
 	tick := time.NewTicker(s.cfg.Transport.CertCheckInterval)
 	defer tick.Stop()
 	for {
-		if _, err := s.renewSelfSigned(); err != nil {
+		switch renewed, err := s.renewSelfSigned(); {
+		case err != nil:
 			s.log.Error("renewing the self-signed TLS certificate; the current one is served on", "err", err)
+		case renewed:
+			s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
 		}
 		select {
 		case <-ctx.Done():
@@ -973,7 +976,7 @@ func (s *Server) renewLoop(ctx context.Context) {
 // renewSelfSigned replaces the box's own self-signed certificate with a
 // new one (and a new key) when it ends within certRenewBefore, or was made
 // to last longer than selfSignedValidity (older versions made ten-year
-// ones), and publishes ResourceChanged for it. A certificate an operator
+// ones); renewLoop publishes ResourceChanged for it. A certificate an operator
 // installed is never touched: both the served one and the pair on disk
 // must be the generated kind. New connections get the new one at once.
 // The files change as in installCertificate (staged key, cert.pem,
@@ -1018,6 +1021,5 @@ func (s *Server) renewSelfSigned() (bool, error) {
 	nl := leafOf(cert)
 	s.log.Info("renewed the self-signed TLS certificate; new connections get it", "old_not_after", leaf.NotAfter,
 		"not_after", nl.NotAfter, "path", cp)
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
 	return true, nil
 }

@@ -174,7 +174,7 @@ var errBodyTimeout = errors.New("api: the request body did not arrive in time")
 
 // bodyGuard is a request body under a read deadline: BodyTimeout from the
 // end of the headers or, with a quota (the firmware push), BodyTimeout for
-// every quota bytes. When the body ends the deadline is lifted: net/http
+// every quota bytes. When the whole body is read the deadline is lifted: net/http
 // then reads the connection in the background only to notice a client
 // that hangs up, and a deadline there would cancel a long handler.
 type bodyGuard struct {
@@ -196,12 +196,14 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 			g.extend()
 		}
 	}
-	if err != nil && !g.ended {
+	switch {
+	case err == io.EOF && !g.ended:
 		g.ended = true
 		_ = g.rc.SetReadDeadline(time.Time{})
-		if errors.Is(err, os.ErrDeadlineExceeded) {
-			err = fmt.Errorf("%w: %w", errBodyTimeout, err)
-		}
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		// The deadline stays: net/http reads what is left of the
+		// body before it answers, and must fail at once too.
+		err = fmt.Errorf("%w: %w", errBodyTimeout, err)
 	}
 	return n, err
 }

@@ -274,6 +274,12 @@ const selfSignedValidity = 397 * 24 * time.Hour
 // selfSigned makes a P-256 certificate for localhost and the host name,
 // valid for selfSignedValidity.
 func selfSigned(now time.Time) (certPEM, keyPEM []byte, err error) {
+	return selfSignedTerm(now.Add(-time.Hour), now.Add(-time.Hour).Add(selfSignedValidity))
+}
+
+// selfSignedTerm is selfSigned for the given term (tests make the
+// ten-year certificates of older versions with it).
+func selfSignedTerm(notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -289,8 +295,8 @@ func selfSigned(now time.Time) (certPEM, keyPEM []byte, err error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: names[len(names)-1], Organization: []string{generatedOrg}, OrganizationalUnit: []string{generatedUnit}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(-time.Hour).Add(selfSignedValidity),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
