@@ -128,6 +128,7 @@ func (s *Server) transport(next http.Handler) http.Handler {
 				g.quota = int64(cfg.BodyTimeout.Seconds() * float64(cfg.UploadMinRate))
 			}
 			g.extend()
+			r = r.WithContext(context.WithValue(r.Context(), guardKey{}, g))
 			r.Body = g
 			if r.Method == http.MethodPost && p == sessionsURI {
 				r.Body = http.MaxBytesReader(pw, r.Body, loginBodyLimit)
@@ -183,7 +184,19 @@ type bodyGuard struct {
 	window time.Duration
 	quota  int64 // bytes due in each window; 0: the whole body in one
 	got    int64
-	ended  bool
+	ended  bool // read to its end
+	failed bool // stopped before its end
+}
+
+// guardKey is the request context key of its *bodyGuard.
+type guardKey struct{}
+
+// bodyIncomplete reports whether r's body stopped before its end (a
+// timeout, a connection closed or evicted): the request never arrived
+// whole.
+func bodyIncomplete(r *http.Request) bool {
+	g, _ := r.Context().Value(guardKey{}).(*bodyGuard)
+	return g != nil && g.failed
 }
 
 func (g *bodyGuard) extend() { _ = g.rc.SetReadDeadline(time.Now().Add(g.window)) }
@@ -195,6 +208,9 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 			g.got = 0
 			g.extend()
 		}
+	}
+	if err != nil && err != io.EOF {
+		g.failed = true
 	}
 	switch {
 	case err == io.EOF && !g.ended:
