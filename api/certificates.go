@@ -401,24 +401,36 @@ func (s *Server) installCertificate(data []byte) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if keyFrom == s.tlsPath(stagedKeyFile) {
+	if err := s.writePair(chainPEM, keyPEM, keyFrom, keyFrom == s.tlsPath(stagedKeyFile)); err != nil {
+		return nil, err
+	}
+	s.certs.cur.Store(&cert)
+	return &cert, nil
+}
+
+// writePair replaces cert.pem and key.pem with a new pair so that a power
+// cut at any point leaves a pair that loads: the new key is first in
+// keyFrom (written here if stage, else already there: the CSR key), then
+// cert.pem is replaced, then key.pem, and keyFrom goes. A cut between the
+// two renames leaves the new cert.pem beside the old key.pem, which the
+// next start completes from keyFrom (finishReplacement); an error then
+// leaves the old pair served from memory.
+func (s *Server) writePair(certPEM, keyPEM []byte, keyFrom string, stage bool) error {
+	if stage {
 		if err := writeFileAtomic(keyFrom, keyPEM, 0o600); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := writeFileAtomic(cp, chainPEM, 0o644); err != nil {
-		return nil, err
+	if err := writeFileAtomic(s.tlsPath(certFile), certPEM, 0o644); err != nil {
+		return err
 	}
-	if err := writeFileAtomic(kp, keyPEM, 0o600); err != nil {
-		// cert.pem is new and key.pem old: serve on with the old pair
-		// in memory; the next start completes the replacement.
-		return nil, err
+	if err := writeFileAtomic(s.tlsPath(keyFile), keyPEM, 0o600); err != nil {
+		return err
 	}
 	if err := removeSynced(keyFrom); err != nil {
 		s.log.Warn("removing the installed key's old copy", "path", keyFrom, "err", err)
 	}
-	s.certs.cur.Store(&cert)
-	return &cert, nil
+	return nil
 }
 
 // csrParams is what GenerateCSR turned into a key and a request.
@@ -979,8 +991,8 @@ func (s *Server) renewLoop(ctx context.Context) {
 // ones); renewLoop publishes ResourceChanged for it. A certificate an operator
 // installed is never touched: both the served one and the pair on disk
 // must be the generated kind. New connections get the new one at once.
-// The files change as in installCertificate (staged key, cert.pem,
-// key.pem), so a power cut leaves a pair the next start loads.
+// The files change through writePair, so a power cut leaves a pair the
+// next start loads.
 func (s *Server) renewSelfSigned() (bool, error) {
 	s.certs.mu.Lock()
 	defer s.certs.mu.Unlock()
@@ -991,7 +1003,7 @@ func (s *Server) renewSelfSigned() (bool, error) {
 	leaf := leafOf(*cur)
 	now := s.now()
 	due := now.Add(certRenewBefore).After(leaf.NotAfter) || leaf.NotAfter.Sub(leaf.NotBefore) > selfSignedValidity
-	cp, kp, staged := s.tlsPath(certFile), s.tlsPath(keyFile), s.tlsPath(stagedKeyFile)
+	cp, kp := s.tlsPath(certFile), s.tlsPath(keyFile)
 	if !due || !generatedCert(leaf) || !generatedPair(cp, kp) {
 		return false, nil
 	}
@@ -1003,19 +1015,8 @@ func (s *Server) renewSelfSigned() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	if err := writeFileAtomic(staged, keyPEM, 0o600); err != nil {
+	if err := s.writePair(certPEM, keyPEM, s.tlsPath(stagedKeyFile), true); err != nil {
 		return false, err
-	}
-	if err := writeFileAtomic(cp, certPEM, 0o644); err != nil {
-		return false, err
-	}
-	if err := writeFileAtomic(kp, keyPEM, 0o600); err != nil {
-		// The next start completes it from the staged key; until then
-		// the old pair is served.
-		return false, err
-	}
-	if err := removeSynced(staged); err != nil {
-		s.log.Warn("removing the renewed key's staged copy", "path", staged, "err", err)
 	}
 	s.certs.cur.Store(&cert)
 	nl := leafOf(cert)

@@ -131,7 +131,7 @@ func (s *Server) transport(next http.Handler) http.Handler {
 			r = r.WithContext(context.WithValue(r.Context(), guardKey{}, g))
 			r.Body = g
 			if r.Method == http.MethodPost && p == sessionsURI {
-				r.Body = http.MaxBytesReader(pw, r.Body, loginBodyLimit)
+				r.Body = http.MaxBytesReader(w, r.Body, loginBodyLimit)
 			}
 		}
 		next.ServeHTTP(pw, r)
