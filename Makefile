@@ -9,7 +9,7 @@ SIM_WORKLOAD ?= mixed
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test check bench fuzz clean image flash vmtest
+.PHONY: all build run test attack check bench fuzz clean image flash vmtest
 
 all: build
 
@@ -23,6 +23,12 @@ run: build
 # Every test, with the race detector.
 test:
 	$(GO) test -race -count=1 ./...
+
+# The attack suite (README "Under attack"): every TestAttack of every
+# package, loopback only, bounded in count and time; each logs what it
+# tried and what held.
+attack:
+	$(GO) test -count=1 -run '^TestAttack' -v ./...
 
 # Lint as policy: gofmt, go vet, staticcheck.
 check:

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -400,24 +401,36 @@ func (s *Server) installCertificate(data []byte) (*tls.Certificate, error) {
 	if err != nil {
 		return nil, err
 	}
-	if keyFrom == s.tlsPath(stagedKeyFile) {
+	if err := s.writePair(chainPEM, keyPEM, keyFrom, keyFrom == s.tlsPath(stagedKeyFile)); err != nil {
+		return nil, err
+	}
+	s.certs.cur.Store(&cert)
+	return &cert, nil
+}
+
+// writePair replaces cert.pem and key.pem with a new pair so that a power
+// cut at any point leaves a pair that loads: the new key is first in
+// keyFrom (written here if stage, else already there: the CSR key), then
+// cert.pem is replaced, then key.pem, and keyFrom goes. A cut between the
+// two renames leaves the new cert.pem beside the old key.pem, which the
+// next start completes from keyFrom (finishReplacement); an error then
+// leaves the old pair served from memory.
+func (s *Server) writePair(certPEM, keyPEM []byte, keyFrom string, stage bool) error {
+	if stage {
 		if err := writeFileAtomic(keyFrom, keyPEM, 0o600); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := writeFileAtomic(cp, chainPEM, 0o644); err != nil {
-		return nil, err
+	if err := writeFileAtomic(s.tlsPath(certFile), certPEM, 0o644); err != nil {
+		return err
 	}
-	if err := writeFileAtomic(kp, keyPEM, 0o600); err != nil {
-		// cert.pem is new and key.pem old: serve on with the old pair
-		// in memory; the next start completes the replacement.
-		return nil, err
+	if err := writeFileAtomic(s.tlsPath(keyFile), keyPEM, 0o600); err != nil {
+		return err
 	}
 	if err := removeSynced(keyFrom); err != nil {
 		s.log.Warn("removing the installed key's old copy", "path", keyFrom, "err", err)
 	}
-	s.certs.cur.Store(&cert)
-	return &cert, nil
+	return nil
 }
 
 // csrParams is what GenerateCSR turned into a key and a request.
@@ -997,4 +1010,68 @@ func (s *Server) replaceCertificate(c echo.Context) error {
 	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
 	c.Response().Header().Set("Location", httpsCertMemberURI)
 	return s.WriteResource(c, http.StatusOK, s.certificateResource(cert))
+}
+
+// certRenewBefore is how long before its end the box renews its own
+// self-signed certificate.
+const certRenewBefore = 30 * 24 * time.Hour
+
+// renewLoop checks the served certificate for renewal now and every
+// Transport.CertCheckInterval until ctx ends.
+func (s *Server) renewLoop(ctx context.Context) {
+	tick := time.NewTicker(s.cfg.Transport.CertCheckInterval)
+	defer tick.Stop()
+	for {
+		switch renewed, err := s.renewSelfSigned(); {
+		case err != nil:
+			s.log.Error("renewing the self-signed TLS certificate; the current one is served on", "err", err)
+		case renewed:
+			s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// renewSelfSigned replaces the box's own self-signed certificate with a
+// new one (and a new key) when it ends within certRenewBefore, or was made
+// to last longer than selfSignedValidity (older versions made ten-year
+// ones); renewLoop publishes ResourceChanged for it. A certificate an operator
+// installed is never touched: both the served one and the pair on disk
+// must be the generated kind. New connections get the new one at once.
+// The files change through writePair, so a power cut leaves a pair the
+// next start loads.
+func (s *Server) renewSelfSigned() (bool, error) {
+	s.certs.mu.Lock()
+	defer s.certs.mu.Unlock()
+	cur := s.certs.cur.Load()
+	if cur == nil {
+		return false, nil
+	}
+	leaf := leafOf(*cur)
+	now := s.now()
+	due := now.Add(certRenewBefore).After(leaf.NotAfter) || leaf.NotAfter.Sub(leaf.NotBefore) > selfSignedValidity
+	cp, kp := s.tlsPath(certFile), s.tlsPath(keyFile)
+	if !due || !generatedCert(leaf) || !generatedPair(cp, kp) {
+		return false, nil
+	}
+	certPEM, keyPEM, err := selfSigned(now)
+	if err != nil {
+		return false, err
+	}
+	cert, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return false, err
+	}
+	if err := s.writePair(certPEM, keyPEM, s.tlsPath(stagedKeyFile), true); err != nil {
+		return false, err
+	}
+	s.certs.cur.Store(&cert)
+	nl := leafOf(cert)
+	s.log.Info("renewed the self-signed TLS certificate; new connections get it", "old_not_after", leaf.NotAfter,
+		"not_after", nl.NotAfter, "path", cp)
+	return true, nil
 }

@@ -50,6 +50,9 @@ func (s *Server) Decode(c echo.Context, dst any) error {
 		if errors.As(err, &mbe) {
 			return ErrPayloadTooLarge()
 		}
+		if errors.Is(err, errBodyTimeout) {
+			return s.errRequestTimeout().WithCause(err)
+		}
 		return ErrMalformedJSON().WithCause(err)
 	}
 	return decodeJSON(raw, dst)

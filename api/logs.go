@@ -68,8 +68,13 @@ func (s *Server) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 		if buf.status >= 400 {
 			e.Severity = "Warning"
 		}
-		if _, err := s.store.AppendLog(context.WithoutCancel(r.Context()), e, s.cfg.LogLimit); err != nil {
-			s.log.Error("writing audit log", "err", err)
+		// A request whose body never arrived whole (it stopped: a
+		// timeout, a closed connection) changed nothing; a flood of them
+		// must cost no durable write each, nor push real entries out.
+		if !bodyIncomplete(r) {
+			if _, err := s.store.AppendLog(context.WithoutCancel(r.Context()), e, s.cfg.LogLimit); err != nil {
+				s.log.Error("writing audit log", "err", err)
+			}
 		}
 		if buf.wrote {
 			orig.WriteHeader(buf.status)

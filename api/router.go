@@ -164,7 +164,10 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 		if err != nil {
 			return err
 		}
-		c.Set(principalKey, p)
+		setPrincipal(c, p)
+		if err := s.basicRequestRule(c.Request(), p, pe.pattern); err != nil {
+			return err
+		}
 		if !ok {
 			return ErrMethodNotAllowed(pe.allow())
 		}
@@ -228,7 +231,7 @@ func (s *Server) notFound(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	c.Set(principalKey, p)
+	setPrincipal(c, p)
 	return ErrResourceNotFound("Resource", path.Base(c.Request().URL.Path))
 }
 

@@ -133,6 +133,9 @@ type Config struct {
 	// StartCheck waits for the daemon's consistency check after its first
 	// reconcile (consistency.go); violations become an event. Nil: none.
 	StartCheck func(context.Context) (dcd.InvariantReport, error)
+	// Transport bounds the listener's timeouts and connections
+	// (limits.go).
+	Transport Transport
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed
@@ -185,6 +188,7 @@ func (c *Config) defaults() {
 	if c.FirmwareVersion == "" {
 		c.FirmwareVersion = "dev"
 	}
+	c.Transport.defaults()
 }
 
 // InitialPasswordFile is where a generated admin password is written.
@@ -199,7 +203,10 @@ type Server struct {
 	reg   *Registries
 	store *store
 	echo  *echo.Echo
-	paths map[string]*pathEntry // by route pattern
+	// handler is echo behind the transport's guards (limits.go).
+	handler http.Handler
+	conns   *connTracker          // the listeners' connection caps (limits.go)
+	paths   map[string]*pathEntry // by route pattern
 	// routeErrs collects registration mistakes for New to report.
 	routeErrs []error
 
@@ -274,6 +281,13 @@ func New(cfg Config) (*Server, error) {
 	if err := s.metrics.registerServerGauges(s); err != nil {
 		return nil, err
 	}
+	s.handler = s.transport(s.echo)
+	s.conns = newConnTracker(cfg.Transport, s.log)
+	for _, c := range s.conns.collectors() {
+		if err := s.metrics.reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
 	s.startFeeders()
 	ok = true
 	return s, nil
@@ -323,8 +337,9 @@ func (s *Server) routes() []func() {
 	}
 }
 
-// Handler is the service as an http.Handler.
-func (s *Server) Handler() http.Handler { return s.echo }
+// Handler is the service as an http.Handler, with the transport's
+// deadlines and HSTS but without the connection caps of ServeListener.
+func (s *Server) Handler() http.Handler { return s.handler }
 
 // Registries returns the message registries the service resolves with.
 func (s *Server) Registries() *Registries { return s.reg }

@@ -109,7 +109,7 @@ func (s *Server) login(c echo.Context) error {
 	}
 	body := s.sessionBody(*sess)
 	if acct, ok := s.store.Account(sess.AccountID); ok {
-		c.Set(principalKey, s.auth.principal(acct, sess.ID))
+		setPrincipal(c, s.auth.principal(acct, sess.ID))
 		if acct.PasswordChangeRequired {
 			// DSP0266: the login succeeds and says what must happen
 			// before the session may do anything else.

@@ -874,7 +874,7 @@ func (t *telemetryAPI) serveStream(c echo.Context) error {
 			return err
 		}
 	}
-	c.Set(principalKey, p)
+	setPrincipal(c, p)
 	if t.tel == nil {
 		return errTelemetryDisabled()
 	}

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log"
 	"math/big"
 	"net"
 	"net/http"
@@ -36,23 +37,48 @@ const (
 // certificate in DataDir/tls, generating a self-signed ECDSA one on first
 // start, unless plainHTTP is set (development and tests).
 func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
-	srv := &http.Server{
-		Handler:           s.echo,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		ErrorLog:          nil,
-	}
-	if !plainHTTP {
-		if _, err := s.reloadCertificate(); err != nil {
-			return err
-		}
-		// Each handshake reads the current certificate, so that
-		// ReplaceCertificate (certificates.go) needs no restart.
-		srv.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12, GetCertificate: s.servingCertificate}
-	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return fmt.Errorf("api: listen: %w", err)
+	}
+	return s.ServeListener(ctx, ln, plainHTTP)
+}
+
+// ServeListener is Serve on a listener it takes over (and closes). The
+// connections it accepts are held to Config.Transport (limits.go).
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP bool) error {
+	tc := s.cfg.Transport
+	// HTTP/1.1 only: one request in flight per connection, so the
+	// connection caps bound the requests (and the memory) anonymous
+	// clients can hold; HTTP/2 would multiply each by its streams.
+	protocols := new(http.Protocols)
+	protocols.SetHTTP1(true)
+	srv := &http.Server{
+		Handler:           s.handler,
+		ReadHeaderTimeout: tc.ReadHeaderTimeout,
+		IdleTimeout:       tc.IdleTimeout,
+		MaxHeaderBytes:    tc.MaxHeaderBytes,
+		ConnContext:       connContext,
+		Protocols:         protocols,
+		// Handshake failures and refused connections are the clients'
+		// business; the tracker logs floods.
+		ErrorLog: log.New(io.Discard, "", 0),
+	}
+	ln = &limitListener{Listener: ln, t: s.conns}
+	var renewed chan struct{}
+	if !plainHTTP {
+		if _, err := s.reloadCertificate(); err != nil {
+			ln.Close()
+			return err
+		}
+		srv.TLSConfig = s.tlsConfig()
+		renewed = make(chan struct{})
+		rctx, stop := context.WithCancel(ctx)
+		defer func() { stop(); <-renewed }()
+		go func() {
+			defer close(renewed)
+			s.renewLoop(rctx)
+		}()
 	}
 	srv.RegisterOnShutdown(s.stopStreams)
 	errc := make(chan error, 1)
@@ -70,7 +96,7 @@ func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
 	}
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err = srv.Shutdown(sctx)
+	err := srv.Shutdown(sctx)
 	if serr := <-errc; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
 	}
@@ -78,6 +104,31 @@ func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
 		return fmt.Errorf("api: shutdown: %w", err)
 	}
 	return nil
+}
+
+// tlsConfig is the HTTPS listener's: TLS 1.3, or TLS 1.2 with forward
+// secret AEAD suites only (ECDHE with AES-GCM or ChaCha20-Poly1305: no
+// CBC, no SHA-1 MAC, no RSA key exchange), for ECDSA certificates (the
+// generated one) and RSA ones (a CSR may ask for RSA). Each handshake
+// reads the current certificate, so that ReplaceCertificate and renewal
+// (certificates.go) need no restart.
+func (s *Server) tlsConfig() *tls.Config {
+	return &tls.Config{
+		MinVersion: tls.VersionTLS12,
+		CipherSuites: []uint16{
+			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+			tls.TLS_ECDHE_RSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_RSA_WITH_CHACHA20_POLY1305_SHA256,
+		},
+		// The hybrid post-quantum group first, then the classic ones
+		// every client has; no P-521 (slow, and nobody needs it).
+		CurvePreferences: []tls.CurveID{tls.X25519MLKEM768, tls.X25519, tls.CurveP256, tls.CurveP384},
+		NextProtos:       []string{"http/1.1"},
+		GetCertificate:   s.servingCertificate,
+	}
 }
 
 // CertPath is where the TLS certificate is (or will be) kept.
@@ -157,6 +208,12 @@ func generatedPair(cp, kp string) bool {
 	if err != nil {
 		return false
 	}
+	return generatedCert(c)
+}
+
+// generatedCert reports whether c is one selfSigned made: issued by
+// itself to the cxlpool organisation.
+func generatedCert(c *x509.Certificate) bool {
 	return bytes.Equal(c.RawIssuer, c.RawSubject) && slices.Equal(c.Subject.Organization, []string{generatedOrg}) &&
 		c.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature) == nil
 }
@@ -209,9 +266,20 @@ func writeFileAtomicFunc(path string, perm os.FileMode, write func(io.Writer) er
 	return d.Sync()
 }
 
+// selfSignedValidity is how long a generated certificate is valid: under
+// the 398 days browsers accept (CA/Browser Forum), renewed by the box
+// (certificates.go) 30 days before it ends.
+const selfSignedValidity = 397 * 24 * time.Hour
+
 // selfSigned makes a P-256 certificate for localhost and the host name,
-// valid for ten years (the box has no one to renew it).
+// valid for selfSignedValidity.
 func selfSigned(now time.Time) (certPEM, keyPEM []byte, err error) {
+	return selfSignedTerm(now.Add(-time.Hour), now.Add(-time.Hour).Add(selfSignedValidity))
+}
+
+// selfSignedTerm is selfSigned for the given term (tests make the
+// ten-year certificates of older versions with it).
+func selfSignedTerm(notBefore, notAfter time.Time) (certPEM, keyPEM []byte, err error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, err
@@ -227,8 +295,8 @@ func selfSigned(now time.Time) (certPEM, keyPEM []byte, err error) {
 	tmpl := &x509.Certificate{
 		SerialNumber:          serial,
 		Subject:               pkix.Name{CommonName: names[len(names)-1], Organization: []string{generatedOrg}, OrganizationalUnit: []string{generatedUnit}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.AddDate(10, 0, 0),
+		NotBefore:             notBefore,
+		NotAfter:              notAfter,
 		KeyUsage:              x509.KeyUsageDigitalSignature,
 		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
 		BasicConstraintsValid: true,
