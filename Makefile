@@ -43,8 +43,8 @@ check:
 	CGO_ENABLED=0 $(GO) vet ./...
 	$(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) ./...
 	@if pkg-config --exists libusb-1.0 2>/dev/null; then \
-	  echo "$(GO) vet -tags usb ./..."; $(GO) vet -tags usb ./... && \
-	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags usb ./...; \
+	  echo "$(GO) vet -tags usb ./... + staticcheck -tags usb ./bmc/usblink/"; $(GO) vet -tags usb ./... && \
+	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags usb ./bmc/usblink/; \
 	else echo "check: no libusb-1.0 (pkg-config): the usb-tagged code (bmc/usblink/gousb.go) is not vetted here; make test-usb and CI do"; fi
 
 # Benchmarks: each figure is reported beside its baseline from the same run.

@@ -11,7 +11,7 @@ import (
 // ErrNoUSB is returned by Open in builds without the usb build tag (the
 // default: go build, make build, make run) or without cgo, which leave
 // libusb out.
-var ErrNoUSB = errors.New("usblink: this build has no USB device links: usb: needs a build with -tags usb and cgo (libusb-1.0; the box image's cxlpoold, or go build -tags usb ./cmd/cxlpoold)")
+var ErrNoUSB = errors.New("usblink: built without USB device links: usb: devices need a build with -tags usb and cgo (libusb-1.0), as the box image's cxlpoold or go build -tags usb ./cmd/cxlpoold")
 
 // ParseAddr reads a device address of the form
 //
