@@ -184,7 +184,8 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 
 // dialDevice opens the byte stream to a real device: a socket, a tty or a
 // virtio port (fabric/serial), or an FTDI-compatible USB serial bridge
-// (usb:VID:PID…, bmc/usblink; needs a cgo build).
+// (usb:VID:PID…, bmc/usblink; needs a build with -tags usb and cgo,
+// others answer usblink.ErrNoUSB).
 func dialDevice(ctx context.Context, addr string, log *slog.Logger) (io.ReadWriteCloser, error) {
 	if strings.HasPrefix(addr, "usb:") {
 		ucfg, err := usblink.ParseAddr(addr)

@@ -11,7 +11,7 @@ import (
 
 // A device that cannot be reached stops the daemon with a clear error and
 // nothing left open. A USB address reaches the USB link: without a bridge
-// attached (or in a build without cgo) that is such an error.
+// attached (or in a build without the usb tag) that is such an error.
 func TestUnreachableDevice(t *testing.T) {
 	for _, tc := range []struct{ addr, want string }{
 		{"usb:0403:6001?serial=NO-SUCH-BRIDGE", "usb"},

@@ -2,6 +2,7 @@ package webui_test
 
 import (
 	"net/http"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -11,10 +12,15 @@ import (
 	"cxlpool/api/apitest"
 )
 
+// skipBrowser skips a browser test in -short mode or without Chromium,
+// before the test starts its server.
 func skipBrowser(t *testing.T) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("browser test skipped in -short mode")
+	}
+	if _, err := os.Stat(chromiumPath); err != nil {
+		t.Skipf("no Chromium at %s (apt-get install chromium): %v", chromiumPath, err)
 	}
 }
 

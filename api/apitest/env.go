@@ -1,7 +1,7 @@
 // Package apitest runs the Redfish service in-process for tests: a
 // sim-backed appliance, the API on an httptest server, logged-in clients
 // for every role, and a validator that checks payloads against the DMTF
-// JSON schemas in ../shared/redfish/json-schema.
+// JSON schemas kept in the repository (api/schemas/dmtf).
 package apitest
 
 import (

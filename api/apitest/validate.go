@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -17,7 +18,7 @@ import (
 	"cxlpool/api/oemschema"
 )
 
-// DMTF schema URL prefixes and where their files are in shared/.
+// DMTF schema URL prefixes; the loader maps both to one directory.
 const (
 	dmtfPrefix      = "http://redfish.dmtf.org/schemas/v1/"
 	swordfishPrefix = "http://redfish.dmtf.org/schemas/swordfish/v1/"
@@ -42,13 +43,16 @@ func RepoRoot() (string, error) {
 	}
 }
 
-// SharedDir is ../shared beside the repository (read-only in CI).
-func SharedDir() (string, error) {
+// SchemaDir is the repository's copy of the DMTF schemas the service and
+// its tests use (api/schemas/dmtf: json-schema/ and csdl/, refreshed by
+// api/schemas/refresh.sh). Tests read only this copy, never files outside
+// the repository.
+func SchemaDir() (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
-	return filepath.Join(root, "..", "shared"), nil
+	return filepath.Join(root, "api", "schemas", "dmtf"), nil
 }
 
 // Validator checks payloads against the DMTF JSON schemas. It is safe for
@@ -59,20 +63,54 @@ type Validator struct {
 	mu       sync.Mutex
 	compiler *jsonschema.Compiler
 	schemas  map[string]*jsonschema.Schema
+	loaded   map[string]bool // schema files read, by name (guarded by mu: Compile runs under it)
 }
 
-// NewValidator loads schemas from dir (shared/redfish/json-schema).
+// NewValidator loads schemas from dir (a json-schema directory).
 func NewValidator(dir string) *Validator {
+	v := &Validator{dir: dir, schemas: map[string]*jsonschema.Schema{}, loaded: map[string]bool{}}
 	c := jsonschema.NewCompiler()
-	c.UseLoader(schemaLoader{dir: dir})
+	c.UseLoader(schemaLoader{dir: dir, loaded: v.loaded})
 	c.DefaultDraft(jsonschema.Draft7)
-	return &Validator{dir: dir, compiler: c, schemas: map[string]*jsonschema.Schema{}}
+	v.compiler = c
+	return v
+}
+
+// Files lists the schema files the validator has read so far, sorted:
+// after compiling every type the service emits (CompileType), the
+// closure that a copy of the bundle must keep.
+func (v *Validator) Files() []string {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	out := make([]string, 0, len(v.loaded))
+	for f := range v.loaded {
+		out = append(out, f)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CompileType compiles the schema of one @odata.type (as Check would for
+// a payload of that type), or of the error payload for "error".
+func (v *Validator) CompileType(t string) error {
+	file, def := "redfish-error.v1_0_2.json", "RedfishError"
+	if t != "error" {
+		var err error
+		if file, def, err = SchemaFile(t); err != nil {
+			return err
+		}
+	}
+	_, err := v.schema(file, def)
+	return err
 }
 
 // schemaLoader maps DMTF URLs to files: no network is reachable. A
 // Swordfish schema the bundle lacks loads as {} (anything goes): our
 // resources never use those properties.
-type schemaLoader struct{ dir string }
+type schemaLoader struct {
+	dir    string
+	loaded map[string]bool
+}
 
 func (l schemaLoader) Load(url string) (any, error) {
 	var name string
@@ -99,6 +137,7 @@ func (l schemaLoader) Load(url string) (any, error) {
 	if err != nil {
 		return nil, fmt.Errorf("schema %s: %w", url, err)
 	}
+	l.loaded[filepath.Base(name)] = true
 	// The DMTF meta-schema is draft-07 with extra keywords; validating
 	// schemas against it adds nothing, so schemas are read as draft-07.
 	if m, ok := doc.(map[string]any); ok {
@@ -175,7 +214,7 @@ func (v *Validator) schema(file, def string) (*jsonschema.Schema, error) {
 		return sch, nil
 	}
 	if _, err := os.Stat(filepath.Join(v.dir, file)); err != nil && file != oemschema.JSONSchemaFile {
-		return nil, fmt.Errorf("no schema file %s (is the @odata.type version the newest in the bundle?)", file)
+		return nil, fmt.Errorf("no schema file %s in %s (a new @odata.type or version? api/schemas/refresh.sh copies it from the DMTF bundle)", file, v.dir)
 	}
 	sch, err := v.compiler.Compile(dmtfPrefix + key)
 	if err != nil {
@@ -322,11 +361,17 @@ func expanded(v any, path string) []expandedResource {
 	return out
 }
 
-// Validate fails t unless body is valid against its schema. It skips the
-// test when ../shared/redfish/json-schema is absent.
+// Validate fails t unless body is valid against its schema. The schemas
+// are part of the repository, so a missing one is an error, never a skip.
+// It reports with Errorf (not Fatal or Skip), so it may run in any
+// goroutine and in subtests given the parent's t.
 func Validate(t testing.TB, body []byte) {
 	t.Helper()
-	v := SharedValidator(t)
+	v, err := SharedValidator()
+	if err != nil {
+		t.Errorf("schema validation: %v", err)
+		return
+	}
 	if err := v.Check(body); err != nil {
 		t.Errorf("payload does not validate: %v\n%s", err, indent(body))
 	}
@@ -344,31 +389,19 @@ func indent(b []byte) string {
 	return s
 }
 
-var (
-	sharedOnce sync.Once
-	shared     *Validator
-	sharedErr  error
-)
-
-// SharedValidator is one Validator per test binary (compiling the DMTF
-// schemas is the slow part), skipping t when the schemas are absent.
-func SharedValidator(t testing.TB) *Validator {
-	t.Helper()
-	sharedOnce.Do(func() {
-		dir, err := SharedDir()
-		if err != nil {
-			sharedErr = err
-			return
-		}
-		dir = filepath.Join(dir, "redfish", "json-schema")
-		if _, err := os.Stat(dir); err != nil {
-			sharedErr = fmt.Errorf("DMTF JSON schemas not found at %s (../shared beside the repository): %w", dir, err)
-			return
-		}
-		shared = NewValidator(dir)
-	})
-	if sharedErr != nil {
-		t.Skipf("skipping schema validation: %v", sharedErr)
+// SharedValidator is one Validator per test binary over the repository's
+// JSON schemas (compiling them is the slow part, so they are compiled
+// once). It fails when the schema directory is missing or incomplete.
+var SharedValidator = sync.OnceValues(func() (*Validator, error) {
+	dir, err := SchemaDir()
+	if err != nil {
+		return nil, err
 	}
-	return shared
-}
+	dir = filepath.Join(dir, "json-schema")
+	// Every schema refers to odata-v4.json: without it the copy is gone
+	// (one clear error rather than one per payload).
+	if _, err := os.Stat(filepath.Join(dir, "odata-v4.json")); err != nil {
+		return nil, fmt.Errorf("DMTF JSON schemas missing from the repository (%s; api/schemas/refresh.sh restores them): %w", dir, err)
+	}
+	return NewValidator(dir), nil
+})

@@ -8,9 +8,10 @@ import (
 	"strings"
 )
 
-// ErrNoUSB is returned by Open in builds without cgo (CGO_ENABLED=0),
-// which leave libusb out.
-var ErrNoUSB = errors.New("usblink: this build has no USB support: it was built with CGO_ENABLED=0, and USB links need a cgo build with libusb")
+// ErrNoUSB is returned by Open in builds without the usb build tag (the
+// default: go build, make build, make run) or without cgo, which leave
+// libusb out.
+var ErrNoUSB = errors.New("usblink: built without USB device links: usb: devices need a build with -tags usb and cgo (libusb-1.0), as the box image's cxlpoold or go build -tags usb ./cmd/cxlpoold")
 
 // ParseAddr reads a device address of the form
 //

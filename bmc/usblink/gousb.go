@@ -1,4 +1,4 @@
-//go:build cgo
+//go:build usb && cgo
 
 package usblink
 
@@ -24,7 +24,10 @@ func Open(cfg Config) (*Port, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	uctx := gousb.NewContext()
+	uctx, err := newContext()
+	if err != nil {
+		return nil, fmt.Errorf("usblink: open %04x:%04x: %w", cfg.VID, cfg.PID, err)
+	}
 	devs, err := uctx.OpenDevices(func(d *gousb.DeviceDesc) bool {
 		return d.Vendor == gousb.ID(cfg.VID) && d.Product == gousb.ID(cfg.PID)
 	})
@@ -59,6 +62,18 @@ func Open(cfg Config) (*Port, error) {
 	cfg.Logger.Info("usblink: bridge open", "usb", fmt.Sprintf("%04x:%04x", cfg.VID, cfg.PID), "interface", intf,
 		"bus", dev.Desc.Bus, "address", dev.Desc.Address, "detached", held, "baud", cfg.Baud, "max_packet", g.MaxPacket())
 	return p, nil
+}
+
+// newContext is gousb.NewContext, which panics when libusb cannot
+// initialise (no usbfs, say): a daemon given usb: on such a machine fails
+// its dial with the reason instead.
+func newContext() (ctx *gousb.Context, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			ctx, err = nil, fmt.Errorf("libusb init: %v", r)
+		}
+	}()
+	return gousb.NewContext(), nil
 }
 
 func serialOf(d *gousb.Device) string {

@@ -23,7 +23,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	st := beginStartup()
 	fs := flag.NewFlagSet("cxlpoold", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	device := fs.String("device", appliance.DeviceSim, "where the device is: sim (built-in virtual box), tcp://HOST:PORT, unix:PATH, tty:/dev/ttyX, virtio:/dev/vportNpM or usb:VID:PID[?serial=S] (USB needs a cgo build)")
+	device := fs.String("device", appliance.DeviceSim, "where the device is: sim (built-in virtual box), tcp://HOST:PORT, unix:PATH, tty:/dev/ttyX, virtio:/dev/vportNpM or usb:VID:PID[?serial=S] (USB needs a build with -tags usb and cgo, as the box image has)")
 	data := fs.String("data", "./var", "data directory (SQLite inventory, keys)")
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
 	plainHTTP := fs.Bool("http", false, "serve the API over plain HTTP instead of TLS (development only)")

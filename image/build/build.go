@@ -196,20 +196,24 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 
 	// Our two programs, stripped. boxinit is static. cxlpoold is built
-	// with cgo, dynamically linked, for its USB device link (bmc/usblink:
-	// libusb through gousb): u-root copies the libraries ldd names (libc,
+	// with the usb tag and cgo, dynamically linked, for its USB device
+	// link (bmc/usblink: libusb through gousb; without the tag usb: is
+	// refused): u-root copies the libraries ldd names (libc,
 	// libusb-1.0, libudev, the dynamic loader) into the initramfs next to
 	// it (+1.2 MB gzipped). netgo and osusergo keep the resolver and user
 	// lookups in Go, so no NSS modules are needed.
 	bins := filepath.Join(work, "bin")
 	ldflags := "-s -w -X main.version=" + cfg.Version
-	for _, p := range []struct{ pkg, out, cgo string }{{"./cmd/cxlpoold", "cxlpoold", "1"}, {"./image/cmd/boxinit", "boxinit", "0"}} {
-		if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=" + p.cgo}, "go", "build", "-trimpath", "-tags", "netgo,osusergo",
+	for _, p := range []struct{ pkg, out, cgo, tags string }{
+		{"./cmd/cxlpoold", "cxlpoold", "1", "netgo,osusergo,usb"},
+		{"./image/cmd/boxinit", "boxinit", "0", "netgo,osusergo"},
+	} {
+		if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=" + p.cgo}, "go", "build", "-trimpath", "-tags", p.tags,
 			"-ldflags", ldflags, "-o", filepath.Join(bins, p.out), p.pkg); err != nil {
 			return nil, err
 		}
 	}
-	log.Info("built cxlpoold (cgo, for USB links) and boxinit")
+	log.Info("built cxlpoold (cgo and the usb tag, for USB links) and boxinit")
 
 	// u-root: busybox of core commands, init, our files.
 	uroot := filepath.Join(work, "u-root")

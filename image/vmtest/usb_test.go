@@ -22,7 +22,7 @@ const usbDevice = "usb:0403:6001"
 // chardev connected to the cxlsim on the host) instead of virtio-serial,
 // the box configured on the kernel command line (cxlpool.device=usb:…).
 // In the guest boxinit loads the USB modules early and waits for the
-// bridge, ftdi_sio binds it, and the daemon (a cgo build) opens it
+// bridge, ftdi_sio binds it, and the daemon (built with cgo and -tags usb) opens it
 // through libusb (bmc/usblink, gousb), detaching ftdi_sio; the test then
 // checks the 8 heads and a 256 MiB grant to Host0 over Redfish.
 func TestUSB(t *testing.T) {
