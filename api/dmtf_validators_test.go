@@ -445,7 +445,10 @@ func TestSchemaStore(t *testing.T) {
 	}
 	wantStatus(t, "JSON schema without login", env.Anon.Get(loc), http.StatusUnauthorized, "")
 
-	v := apitest.SharedValidator(t)
+	v, err := apitest.SharedValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
 	good := env.Admin.Get("/redfish/v1/Systems/Host0").Body
 	if err := v.Check(good); err != nil {
 		t.Fatalf("a served system does not validate: %v", err)
