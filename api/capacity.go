@@ -49,6 +49,12 @@ type capacity struct {
 
 	omu    sync.RWMutex
 	owners map[dcd.ChunkID]chunkOwner
+
+	// lost holds each chunk's grants lost since it was last released,
+	// announced the lost grants already published (stranded.go).
+	lmu       sync.Mutex
+	lost      map[dcd.ChunkID][]dcd.Grant
+	announced map[dcd.GrantID]bool
 }
 
 // chunkOwner records that a host reserved a chunk itself: the host sees
@@ -73,9 +79,16 @@ func (s *Server) capacitySetup() {
 		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: chunk owners: %w", err))
 		return
 	}
-	c := &capacity{s: s, owners: owners}
+	c := &capacity{s: s, owners: owners, lost: map[dcd.ChunkID][]dcd.Grant{}, announced: map[dcd.GrantID]bool{}}
 	s.capacity = c
 	ch, cancel := s.mgr.Subscribe(1024)
+	// After subscribing, so that a loss is either in the scan or in a
+	// notification still to come.
+	if err := c.scanLost(s.ctx); err != nil {
+		cancel()
+		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: lost grants: %w", err))
+		return
+	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -84,11 +97,15 @@ func (s *Server) capacitySetup() {
 			select {
 			case <-s.ctx.Done():
 				return
-			case _, ok := <-ch:
+			case chg, ok := <-ch:
 				if !ok {
 					return
 				}
+				lost := c.noteChange(chg)
 				c.invalidate()
+				if lost != nil {
+					c.announceLost(*lost)
+				}
 			}
 		}
 	}()
@@ -112,6 +129,7 @@ func (c *capacity) snapshot(ctx context.Context) (*poolView, error) {
 	if err != nil {
 		return nil, err
 	}
+	v.stranded = c.strandedOf(v)
 	c.view, c.vgen, c.built = v, g, time.Now()
 	return v, nil
 }
@@ -160,6 +178,9 @@ type poolView struct {
 	byChunk map[dcd.ChunkID][]int
 	byHost  map[dcd.HostID][]int
 	orphans []dcd.Orphan
+	// stranded are the chunks no host holds whose grants were lost, with
+	// those grants (stranded.go).
+	stranded map[dcd.ChunkID][]dcd.Grant
 
 	// renders holds collections encoded from this view (see
 	// cachedCollection): a view never changes, so neither do they.

@@ -62,6 +62,7 @@ func (s *Server) memoryChunkRoutes() {
 	s.Handle(http.MethodPost, ChunksURI, PrivConfigureComponents|PrivHostCapacity, s.postChunk)
 	s.Handle(http.MethodGet, ChunksURI+"/:id", PrivLogin, s.getChunk)
 	s.Handle(http.MethodDelete, ChunksURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.deleteChunk)
+	s.strandedRoutes()
 }
 
 func (s *Server) getChunks(c echo.Context) error {
@@ -310,6 +311,13 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(h) {
 		oem["Owner"] = SystemID(h)
 	}
+	st := status(chunkState(gs))
+	if lost, ok := v.stranded[ch.ID]; ok {
+		// Its grants were lost and no host holds it (stranded.go).
+		st["Health"] = "Critical"
+		oem["Stranded"] = true
+		oem["LostGrants"] = lostGrantsBody(lost, p)
+	}
 	o := Obj{
 		"@odata.id":          ChunkURI(ch.ID),
 		"@odata.type":        "#MemoryChunks.v1_6_2.MemoryChunks",
@@ -317,7 +325,7 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 		"Name":               "Memory Chunk " + strconv.FormatInt(int64(ch.ID), 10),
 		"MemoryChunkSizeMiB": mib(ch.Size),
 		"AddressRangeType":   "Volatile",
-		"Status":             status(chunkState(gs)),
+		"Status":             st,
 		"Links": Obj{
 			"Endpoints":         Links(endpoints...),
 			"CXLLogicalDevices": Links(lds...),

@@ -78,6 +78,14 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		// reserved itself and those it holds or is being given.
 		oem["HeldMiB"] = mib(s.hostCommitted(v, h))
 	}
+	st := status("Enabled")
+	if len(v.stranded) > 0 {
+		// Capacity lost grants strand is neither usable nor free
+		// (stranded.go).
+		st["Health"] = "Warning"
+		oem["StrandedChunks"] = len(v.stranded)
+		oem["StrandedMiB"] = mib(v.strandedBytes())
+	}
 	block := mib(v.blockSize())
 	return Obj{
 		"@odata.id":                 MemoryDomainURI,
@@ -93,9 +101,11 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		"MinMemoryChunkSizeMiB":     block,
 		"MemoryChunkIncrementMiB":   block,
 		"MemoryChunks":              Link(ChunksURI),
-		"Status":                    status("Enabled"),
+		"Status":                    st,
 		"Links":                     Obj{"CXLLogicalDevices": Links(lds...)},
-		"Oem":                       Obj{"CxlPool": oem},
+		"Actions": Obj{"Oem": Obj{"#CxlPool.FreeStrandedChunks": Obj{"target": FreeStrandedURI,
+			"title": "Free every chunk stranded by lost grants"}}},
+		"Oem": Obj{"CxlPool": oem},
 	}
 }
 

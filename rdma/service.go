@@ -79,6 +79,12 @@ type Service struct {
 	exports map[ExportID]*Handle
 	byChunk map[dcd.ChunkID]map[ExportID]*Handle
 	closed  bool
+
+	// restored is closed when the first Restore has finished; unrestored
+	// (under mu) is what it did not bring back, for whoever reports it.
+	restored    chan struct{}
+	restoreOnce sync.Once
+	unrestored  []Unrestored
 }
 
 // NewService returns a Service; call Run to keep it consistent with the
@@ -105,7 +111,8 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, exports: map[ExportID]*Handle{}, byChunk: map[dcd.ChunkID]map[ExportID]*Handle{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, exports: map[ExportID]*Handle{}, byChunk: map[dcd.ChunkID]map[ExportID]*Handle{},
+		restored: make(chan struct{})}
 	if _, err := io.ReadFull(cfg.Rand, s.decoy[:]); err != nil {
 		return nil, fmt.Errorf("rdma: random: %w", err)
 	}
