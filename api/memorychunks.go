@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -208,7 +209,17 @@ func (s *Server) postChunk(c echo.Context) error {
 		block = r.BlockSize
 	}
 	if block == 0 || rr.Size%block != 0 {
-		return errPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
+		e := errPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
+		if block > 0 {
+			up := (rr.Size/block + 1) * block
+			alt := fmt.Sprintf("%d MiB", mib(up))
+			if down := rr.Size / block * block; down > 0 {
+				alt = fmt.Sprintf("%d MiB or %d MiB", mib(down), mib(up))
+			}
+			e.Messages[0].Resolution = fmt.Sprintf("Chunk sizes are multiples of %d MiB, the device's block size "+
+				"(MemoryChunkIncrementMiB of %s): %s MiB is not. Use %s.", mib(block), MemoryDomainURI, sizeText, alt)
+		}
+		return e
 	}
 	if rr.Sharable {
 		found := false
@@ -216,8 +227,14 @@ func (s *Server) postChunk(c echo.Context) error {
 			found = found || r.Sharable
 		}
 		if !found {
-			return errPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
+			e := errPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
+			e.Messages[0].Resolution = "No DC region of the device is sharable (Oem.CxlPool.Regions of " + MemoryDomainURI +
+				"), so no chunk can be shared between hosts. Reserve it without Sharable."
+			return e
 		}
+	}
+	if err := v.fitsOneRegion(rr); err != nil {
+		return err
 	}
 	target := Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI}
 	if p.IsHost() {
@@ -232,7 +249,7 @@ func (s *Server) postChunk(c echo.Context) error {
 			return FromDomain(err, target)
 		}
 		if used := s.hostCommitted(v, h.ID); h.Quota > 0 && (rr.Size > h.Quota || used > h.Quota-rr.Size) {
-			return FromDomain(dcd.ErrQuotaExceeded, target)
+			return errQuota(h.ID, h.Quota, used, rr.Size).WithCause(dcd.ErrQuotaExceeded)
 		}
 	}
 	ch, err := s.mgr.Reserve(ctx, rr)

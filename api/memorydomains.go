@@ -43,24 +43,11 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 	}
 	regions := make([]Obj, 0, len(v.box.Regions))
 	for _, r := range v.box.Regions {
-		used := uint64(0)
-		for _, ch := range v.chunks {
-			if ch.Region == r.Index {
-				used += ch.Size
-			}
-		}
-		for _, o := range v.orphans {
-			for _, e := range o.Extents {
-				if r.Contains(e.DPA, e.Length) {
-					used += e.Length
-				}
-			}
-		}
 		regions = append(regions, Obj{
 			"Region":       r.Index,
 			"Sharable":     r.Sharable,
 			"SizeMiB":      mib(r.Length),
-			"FreeMiB":      mib(r.Length - min(used, r.Length)),
+			"FreeMiB":      mib(v.regionFree(r)),
 			"BlockSizeMiB": mib(r.BlockSize),
 		})
 	}
