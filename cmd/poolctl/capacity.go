@@ -823,8 +823,11 @@ func cmdFree(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	if (len(pos) > 0) == *stranded {
-		return usagef("free: name one or more CHUNKs or --stranded (one of them)")
+	switch {
+	case len(pos) == 0 && !*stranded:
+		return usagef("free: missing argument: name one or more CHUNKs, or --stranded (see poolctl free -h)")
+	case len(pos) > 0 && *stranded:
+		return usagef("free: name CHUNKs or --stranded, not both")
 	}
 	var uris []string
 	for _, p := range pos {
