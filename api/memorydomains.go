@@ -70,8 +70,10 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		// Capacity lost grants strand is neither usable nor free
 		// (stranded.go).
 		st["Health"] = "Warning"
-		oem["StrandedChunks"] = len(v.stranded)
-		oem["StrandedMiB"] = mib(v.strandedBytes())
+		if p.Has(PrivApplianceView) { // whose chunks they are is not a host's business
+			oem["StrandedChunks"] = len(v.stranded)
+			oem["StrandedMiB"] = mib(v.strandedBytes())
+		}
 	}
 	block := mib(v.blockSize())
 	return Obj{

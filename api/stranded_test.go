@@ -111,6 +111,9 @@ func TestLostGrantStrandsChunk(t *testing.T) {
 	if healthOf(p) != "Warning" || oemOf(p)["StrandedMiB"] != float64(blockMiB) {
 		t.Errorf("pool: health %v, StrandedMiB %v; want Warning, %d", healthOf(p), oemOf(p)["StrandedMiB"], blockMiB)
 	}
+	if s := oemOf(env.Host0.GetOK(poolURI))["StrandedChunks"]; s != nil {
+		t.Errorf("Host0's account sees StrandedChunks %v of other hosts' chunks, want none", s)
+	}
 	ch := a.GetOK(lostChunk)
 	if healthOf(ch) != "Critical" || oemOf(ch)["Stranded"] != true {
 		t.Errorf("stranded chunk: health %v, Stranded %v; want Critical, true", healthOf(ch), oemOf(ch)["Stranded"])
