@@ -195,10 +195,14 @@ func ErrInternal(cause error) *Error {
 // quota and what would still fit.
 func errQuota(h dcd.HostID, quota, used, need uint64) *Error {
 	room := quota - min(used, quota)
+	fits := fmt.Sprintf("at most %d MiB would", mib(room))
+	if room == 0 {
+		fits = "nothing more does"
+	}
 	return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource", Resolution: fmt.Sprintf(
-		"%s's quota is %d MiB (Oem.CxlPool.QuotaMiB of %s) and it holds or has reserved %d MiB, so %d MiB more does not fit "+
-			"(at most %d MiB would): release capacity from %s, or have an administrator or operator raise its quota.",
-		SystemID(h), mib(quota), SystemURI(h), mib(used), mib(need), mib(room), SystemID(h))})
+		"%s's quota (Oem.CxlPool.QuotaMiB of %s) is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
+			"(%s): release capacity from %s, or have an administrator or operator raise its quota.",
+		SystemID(h), SystemURI(h), mib(quota), mib(used), mib(need), fits, SystemID(h))})
 }
 
 // Target names the resource a domain operation was about, for the

@@ -43,7 +43,7 @@ func TestRefusalsNameTheRule(t *testing.T) {
 			"Host1 holds it", "Release it from Host1 first", "--shared"}},
 		{"over the host's quota", func() *apitest.Response {
 			return a.Post(connectionsURI, connectBody(big, 3))
-		}, http.StatusConflict, "Base.1.22.CreateLimitReachedForResource", []string{"Host3's quota is 512 MiB",
+		}, http.StatusConflict, "Base.1.22.CreateLimitReachedForResource", []string{"Host3's quota (Oem.CxlPool.QuotaMiB of /redfish/v1/Systems/Host3) is 512 MiB",
 			"768 MiB more does not fit (at most 512 MiB would)"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -181,7 +181,7 @@ func TestFirstHour(t *testing.T) {
 		}
 	}
 	c.ok(c.run("quota", "host3", "1GiB"))
-	c.fails(c.run("request", "2GiB", "--host", "HOST3"), exitError, "Host3's quota is 1024 MiB")
+	c.fails(c.run("request", "2GiB", "--host", "HOST3"), exitError, "Host3's quota (Oem.CxlPool.QuotaMiB of /redfish/v1/Systems/Host3) is 1024 MiB")
 	c.ok(c.run("quota", "Host3", "none"))
 	plain := decodeJSON[grantOut](t, c.ok(c.run("--json", "request", "1GiB", "--host", "Host1"))).Chunk // region 0: not sharable
 	c.fails(c.run("share", plain, "--host", "host2"), exitError,
