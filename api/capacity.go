@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -49,6 +50,12 @@ type capacity struct {
 
 	omu    sync.RWMutex
 	owners map[dcd.ChunkID]chunkOwner
+
+	// lost holds each chunk's grants lost since it was last released,
+	// announced the lost grants already published (stranded.go).
+	lmu       sync.Mutex
+	lost      map[dcd.ChunkID][]dcd.Grant
+	announced map[dcd.GrantID]bool
 }
 
 // chunkOwner records that a host reserved a chunk itself: the host sees
@@ -73,9 +80,16 @@ func (s *Server) capacitySetup() {
 		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: chunk owners: %w", err))
 		return
 	}
-	c := &capacity{s: s, owners: owners}
+	c := &capacity{s: s, owners: owners, lost: map[dcd.ChunkID][]dcd.Grant{}, announced: map[dcd.GrantID]bool{}}
 	s.capacity = c
 	ch, cancel := s.mgr.Subscribe(1024)
+	// After subscribing, so that a loss is either in the scan or in a
+	// notification still to come.
+	if err := c.scanLost(s.ctx); err != nil {
+		cancel()
+		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: lost grants: %w", err))
+		return
+	}
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -84,11 +98,15 @@ func (s *Server) capacitySetup() {
 			select {
 			case <-s.ctx.Done():
 				return
-			case _, ok := <-ch:
+			case chg, ok := <-ch:
 				if !ok {
 					return
 				}
+				lost := c.noteChange(chg)
 				c.invalidate()
+				if lost != nil {
+					c.announceLost(*lost)
+				}
 			}
 		}
 	}()
@@ -112,6 +130,7 @@ func (c *capacity) snapshot(ctx context.Context) (*poolView, error) {
 	if err != nil {
 		return nil, err
 	}
+	v.stranded = c.strandedOf(v)
 	c.view, c.vgen, c.built = v, g, time.Now()
 	return v, nil
 }
@@ -160,6 +179,9 @@ type poolView struct {
 	byChunk map[dcd.ChunkID][]int
 	byHost  map[dcd.HostID][]int
 	orphans []dcd.Orphan
+	// stranded are the chunks no host holds whose grants were lost, with
+	// those grants (stranded.go).
+	stranded map[dcd.ChunkID][]dcd.Grant
 
 	// renders holds collections encoded from this view (see
 	// cachedCollection): a view never changes, so neither do they.
@@ -450,4 +472,71 @@ func extentsMiB(exts []cci.Extent, base uint64) []Obj {
 		out = append(out, o)
 	}
 	return out
+}
+
+// regionFree is what a region has left: its length less its chunks and
+// the orphans in it.
+func (v *poolView) regionFree(r fabric.Region) uint64 {
+	var used uint64
+	for _, ch := range v.chunks {
+		if ch.Region == r.Index {
+			used += ch.Size
+		}
+	}
+	for _, o := range v.orphans {
+		for _, e := range o.Extents {
+			if r.Contains(e.DPA, e.Length) {
+				used += e.Length
+			}
+		}
+	}
+	return r.Length - min(used, r.Length)
+}
+
+// fitsOneRegion refuses a reservation no candidate region has room for,
+// naming the rule: a chunk is one tag's capacity in one DC region (its
+// extents carry one tag, its sharability is the region's), so the pool's
+// free capacity summed over regions is not what one chunk can get. The
+// answer gives the largest chunk that fits now. The ledger checks again
+// under its transaction; this is the explanation, not the guard.
+func (v *poolView) fitsOneRegion(rr dcd.ReserveRequest) error {
+	var best, total uint64
+	bestRegion := -1
+	var parts []string
+	for _, r := range v.box.Regions {
+		free := v.regionFree(r)
+		total += free
+		if rr.Region >= 0 && r.Index != rr.Region || rr.Region < 0 && r.Sharable != rr.Sharable {
+			continue
+		}
+		if free >= rr.Size {
+			return nil
+		}
+		if r.BlockSize > 0 {
+			if fit := free / r.BlockSize * r.BlockSize; fit > best || bestRegion < 0 {
+				best, bestRegion = fit, r.Index
+			}
+		}
+		kind := "not sharable"
+		if r.Sharable {
+			kind = "sharable"
+		}
+		parts = append(parts, fmt.Sprintf("region %d (%s) has %d MiB free", r.Index, kind, mib(free)))
+	}
+	if bestRegion < 0 {
+		return nil // no candidate: Reserve says why (unknown region, nothing sharable)
+	}
+	what := "chunk"
+	if rr.Sharable {
+		what = "sharable chunk"
+	}
+	res := fmt.Sprintf("A chunk lies in one DC region, and %s: the %d MiB asked for does not fit there, "+
+		"although %d MiB are free in the whole pool. ", strings.Join(parts, ", "), mib(rr.Size), mib(total))
+	if best > 0 {
+		res += fmt.Sprintf("The largest %s that fits now is %d MiB (region %d); reserve that, or several chunks.", what, mib(best), bestRegion)
+	} else {
+		res += "Free capacity there first (release and delete chunks)."
+	}
+	return NewError(http.StatusConflict, Msg{Key: "Base.ResourceExhaustion", Args: []string{MemoryDomainURI}, Resolution: res}).
+		WithCause(dcd.ErrNoCapacity)
 }

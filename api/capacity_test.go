@@ -392,7 +392,8 @@ func TestCapacitySharing(t *testing.T) {
 	// A chunk that is not sharable stays with its first host.
 	single := reserve(t, a, blockMiB, nil)
 	connect(t, a, single, 4)
-	wantStatus(t, "share a non-sharable chunk", a.Post(connectionsURI, connectBody(single, 5)), http.StatusConflict, "ResourceInUse")
+	// The refusal names the rule (region 0 is not sharable), not just "in use".
+	wantStatus(t, "share a non-sharable chunk", a.Post(connectionsURI, connectBody(single, 5)), http.StatusConflict, "PropertyValueResourceConflict")
 	wantStatus(t, "two hosts, non-sharable", a.Post(connectionsURI, connectBody(reserve(t, a, blockMiB, nil), 5, 6)),
 		http.StatusConflict, "PropertyValueResourceConflict")
 

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -205,7 +206,8 @@ func (s *Server) postConnection(c echo.Context) error {
 	}
 	chunkTarget := Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)}
 	if len(hosts) > 1 && !ch.Sharable {
-		return FromDomain(fmt.Errorf("connect chunk %d to %d hosts: %w", ch.ID, len(hosts), dcd.ErrNotSharable), chunkTarget)
+		return errNotSharable(v, ch, chunkTarget, "").WithCause(
+			fmt.Errorf("connect chunk %d to %d hosts: %w", ch.ID, len(hosts), dcd.ErrNotSharable))
 	}
 	begun := make([]dcd.Grant, 0, len(hosts))
 	for _, h := range hosts {
@@ -213,7 +215,7 @@ func (s *Server) postConnection(c echo.Context) error {
 		if err != nil {
 			s.capacity.invalidate()
 			s.undoGrants(begun)
-			return FromDomain(err, chunkTarget)
+			return grantRefused(v, ch, h, err, chunkTarget)
 		}
 		begun = append(begun, g)
 	}
@@ -233,6 +235,53 @@ func (s *Server) postConnection(c echo.Context) error {
 		return s.finishGrants(ctx, ch, begun)
 	})
 	return s.Accepted(c, t)
+}
+
+// grantRefused explains a grant the ledger refused at once, naming the
+// rule with the figures of the view: sharability and quota; other
+// refusals map as FromDomain says.
+func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t Target) error {
+	switch {
+	case errors.Is(err, dcd.ErrNotSharable):
+		holder := ""
+		for _, g := range v.chunkGrants(ch.ID) {
+			if g.Host != h {
+				holder = SystemID(g.Host)
+				break
+			}
+		}
+		return errNotSharable(v, ch, t, holder).WithCause(err)
+	case errors.Is(err, dcd.ErrQuotaExceeded):
+		var used uint64
+		for _, g := range v.hostGrants(h) {
+			if c, ok := v.chunk(g.Chunk); ok {
+				used += c.Size
+			}
+		}
+		return errQuota(h, v.hosts[h].Quota, used, ch.Size).WithCause(err)
+	}
+	return FromDomain(err, t)
+}
+
+// errNotSharable is 409 for connecting a chunk of a region that is not
+// sharable to a second host (holder, if one holds it) or to several.
+func errNotSharable(v *poolView, ch dcd.Chunk, t Target, holder string) *Error {
+	why := "it cannot be connected to several hosts at once"
+	if holder != "" {
+		why = holder + " holds it, and it is connected to one host at a time"
+	}
+	region := "its region"
+	if r, ok := v.region(ch.Region); ok && !r.Sharable {
+		region = fmt.Sprintf("region %d, which is not sharable", r.Index)
+	}
+	fix := "Reserve a chunk in a sharable region (Oem.CxlPool.Sharable true; poolctl request SIZE --shared) and share that"
+	if holder != "" {
+		fix = "Release it from " + holder + " first, or reserve a chunk in a sharable region (Oem.CxlPool.Sharable true; " +
+			"poolctl request SIZE --shared) and share that"
+	}
+	m := M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
+	m.Resolution = fmt.Sprintf("Memory chunk %d is not sharable (it is in %s): %s. %s.", ch.ID, region, why, fix)
+	return NewError(http.StatusConflict, m)
 }
 
 // refMatches compares a body's @odata.id with a URI, tolerating a

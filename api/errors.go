@@ -191,6 +191,20 @@ func ErrInternal(cause error) *Error {
 	return NewError(http.StatusInternalServerError, M("Base.InternalError")).WithCause(cause)
 }
 
+// errQuota is 409 for capacity a host's quota has no room for, naming the
+// quota and what would still fit.
+func errQuota(h dcd.HostID, quota, used, need uint64) *Error {
+	room := quota - min(used, quota)
+	fits := fmt.Sprintf("at most %d MiB would", mib(room))
+	if room == 0 {
+		fits = "nothing more does"
+	}
+	return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource", Resolution: fmt.Sprintf(
+		"%s's quota (Oem.CxlPool.QuotaMiB of %s) is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
+			"(%s): release capacity from %s, or have an administrator or operator raise its quota.",
+		SystemID(h), SystemURI(h), mib(quota), mib(used), mib(need), fits, SystemID(h))})
+}
+
 // Target names the resource a domain operation was about, for the
 // messages that carry it.
 type Target struct {
@@ -232,11 +246,13 @@ func FromDomain(err error, t Target) *Error {
 		return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource",
 			Resolution: "The host's quota (Oem.CxlPool.QuotaMiB of its ComputerSystem) leaves no room for this capacity: " +
 				"release capacity from the host, or have an administrator raise its quota."}).WithCause(err)
+	case errors.Is(err, dcd.ErrNotSharable): // before ErrConflict, which the ledger wraps it with
+		m := M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
+		m.Resolution = "The chunk is in a DC region that is not sharable, so it is connected to one host at a time: " +
+			"release it first, or share a chunk reserved in a sharable region (Oem.CxlPool.Sharable)."
+		return NewError(http.StatusConflict, m).WithCause(err)
 	case errors.Is(err, dcd.ErrConflict):
 		return ErrResourceInUse().WithCause(err)
-	case errors.Is(err, dcd.ErrNotSharable):
-		return NewError(http.StatusConflict, M("Base.PropertyValueResourceConflict",
-			"MemoryChunkInfo", t.ID, t.URI)).WithCause(err)
 	case errors.Is(err, dcd.ErrInvalid):
 		return general(http.StatusBadRequest, "The request is not valid for this resource: "+
 			domainReason(err)+". Correct the request and resubmit it.")

@@ -35,6 +35,9 @@ type Event struct {
 	// Host scopes the event to one host: host principals see only events
 	// of their own host; events without a host are for appliance viewers.
 	Host *dcd.HostID
+	// Resolution replaces the registry's resolution with what to do about
+	// this event (EventRecord.Resolution), e.g. for lost capacity.
+	Resolution string
 
 	ID   int64     // set by Publish
 	Time time.Time // set by Publish
@@ -184,6 +187,9 @@ func (s *Server) eventBody(id string, context string, evs ...Event) Obj {
 		if ev.Origin != "" {
 			r["OriginOfCondition"] = Link(ev.Origin)
 		}
+		if ev.Resolution != "" {
+			r["Resolution"] = ev.Resolution
+		}
 		recs = append(recs, r)
 	}
 	o := Obj{
@@ -207,6 +213,7 @@ func (s *Server) startFeeders() {
 	for _, sub := range subs {
 		s.bus.startPusher(sub)
 	}
+	s.announceStartLosses() // stranded.go
 	if s.mgr == nil {
 		return
 	}

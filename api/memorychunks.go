@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
@@ -63,6 +64,7 @@ func (s *Server) memoryChunkRoutes() {
 	s.Handle(http.MethodPost, ChunksURI, PrivConfigureComponents|PrivHostCapacity, s.postChunk)
 	s.Handle(http.MethodGet, ChunksURI+"/:id", PrivLogin, s.getChunk)
 	s.Handle(http.MethodDelete, ChunksURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.deleteChunk)
+	s.strandedRoutes()
 }
 
 func (s *Server) getChunks(c echo.Context) error {
@@ -208,7 +210,17 @@ func (s *Server) postChunk(c echo.Context) error {
 		block = r.BlockSize
 	}
 	if block == 0 || rr.Size%block != 0 {
-		return errPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
+		e := errPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
+		if block > 0 {
+			up := (rr.Size/block + 1) * block
+			alt := fmt.Sprintf("%d MiB", mib(up))
+			if down := rr.Size / block * block; down > 0 {
+				alt = fmt.Sprintf("%d MiB or %d MiB", mib(down), mib(up))
+			}
+			e.Messages[0].Resolution = fmt.Sprintf("Chunk sizes are multiples of %d MiB, the device's block size "+
+				"(MemoryChunkIncrementMiB of %s): %s MiB is not. Use %s.", mib(block), MemoryDomainURI, sizeText, alt)
+		}
+		return e
 	}
 	if rr.Sharable {
 		found := false
@@ -216,8 +228,14 @@ func (s *Server) postChunk(c echo.Context) error {
 			found = found || r.Sharable
 		}
 		if !found {
-			return errPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
+			e := errPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
+			e.Messages[0].Resolution = "No DC region of the device is sharable (Oem.CxlPool.Regions of " + MemoryDomainURI +
+				"), so no chunk can be shared between hosts. Reserve it without Sharable."
+			return e
 		}
+	}
+	if err := v.fitsOneRegion(rr); err != nil {
+		return err
 	}
 	target := Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI}
 	if p.IsHost() {
@@ -232,7 +250,7 @@ func (s *Server) postChunk(c echo.Context) error {
 			return FromDomain(err, target)
 		}
 		if used := s.hostCommitted(v, h.ID); h.Quota > 0 && (rr.Size > h.Quota || used > h.Quota-rr.Size) {
-			return FromDomain(dcd.ErrQuotaExceeded, target)
+			return errQuota(h.ID, h.Quota, used, rr.Size).WithCause(dcd.ErrQuotaExceeded)
 		}
 	}
 	ch, err := s.mgr.Reserve(ctx, rr)
@@ -311,6 +329,13 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(h) {
 		oem["Owner"] = SystemID(h)
 	}
+	st := status(chunkState(gs))
+	if lost, ok := v.stranded[ch.ID]; ok {
+		// Its grants were lost and no host holds it (stranded.go).
+		st["Health"] = "Critical"
+		oem["Stranded"] = true
+		oem["LostGrants"] = lostGrantsBody(lost, p)
+	}
 	o := Obj{
 		"@odata.id":          ChunkURI(ch.ID),
 		"@odata.type":        "#MemoryChunks.v1_6_2.MemoryChunks",
@@ -318,7 +343,7 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 		"Name":               "Memory Chunk " + strconv.FormatInt(int64(ch.ID), 10),
 		"MemoryChunkSizeMiB": mib(ch.Size),
 		"AddressRangeType":   "Volatile",
-		"Status":             status(chunkState(gs)),
+		"Status":             st,
 		"Links": Obj{
 			"Endpoints":         Links(endpoints...),
 			"CXLLogicalDevices": Links(lds...),

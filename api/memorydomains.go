@@ -44,24 +44,11 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 	}
 	regions := make([]Obj, 0, len(v.box.Regions))
 	for _, r := range v.box.Regions {
-		used := uint64(0)
-		for _, ch := range v.chunks {
-			if ch.Region == r.Index {
-				used += ch.Size
-			}
-		}
-		for _, o := range v.orphans {
-			for _, e := range o.Extents {
-				if r.Contains(e.DPA, e.Length) {
-					used += e.Length
-				}
-			}
-		}
 		reg := Obj{
 			"Region":            r.Index,
 			"Sharable":          r.Sharable,
 			"SizeMiB":           mib(r.Length),
-			"FreeMiB":           mib(r.Length - min(used, r.Length)),
+			"FreeMiB":           mib(v.regionFree(r)),
 			"BlockSizeMiB":      mib(r.BlockSize),
 			"SanitizeOnRelease": r.SanitizeOnRelease,
 		}
@@ -86,6 +73,16 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		// reserved itself and those it holds or is being given.
 		oem["HeldMiB"] = mib(s.hostCommitted(v, h))
 	}
+	st := status("Enabled")
+	if len(v.stranded) > 0 {
+		// Capacity lost grants strand is neither usable nor free
+		// (stranded.go).
+		st["Health"] = "Warning"
+		if p.Has(PrivApplianceView) { // whose chunks they are is not a host's business
+			oem["StrandedChunks"] = len(v.stranded)
+			oem["StrandedMiB"] = mib(v.strandedBytes())
+		}
+	}
 	block := mib(v.blockSize())
 	return Obj{
 		"@odata.id":                 MemoryDomainURI,
@@ -101,9 +98,11 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		"MinMemoryChunkSizeMiB":     block,
 		"MemoryChunkIncrementMiB":   block,
 		"MemoryChunks":              Link(ChunksURI),
-		"Status":                    status("Enabled"),
+		"Status":                    st,
 		"Links":                     Obj{"CXLLogicalDevices": Links(lds...)},
-		"Oem":                       oemschema.Oem("MemoryDomain", oem),
+		"Actions": Obj{"Oem": Obj{"#CxlPool.FreeStrandedChunks": Obj{"target": FreeStrandedURI,
+			"title": "Free every chunk stranded by lost grants"}}},
+		"Oem": oemschema.Oem("MemoryDomain", oem),
 	}
 }
 

@@ -3,6 +3,7 @@ package api
 import (
 	"net/http"
 	"strconv"
+	"strings"
 
 	"github.com/labstack/echo/v4"
 
@@ -65,6 +66,11 @@ func (s *Server) lookupSystem(c echo.Context) (*poolView, dcd.HostID, error) {
 func system(v *poolView, h dcd.HostID) Obj {
 	head, _ := v.head(h)
 	host := v.hosts[h]
+	// The ledger's default name is the Id in lower case ("host3"): one
+	// spelling everywhere, the Id's, unless someone named the host.
+	if strings.EqualFold(host.Name, SystemID(h)) {
+		host.Name = ""
+	}
 	name := host.Name
 	if name == "" {
 		name = SystemID(h)

@@ -80,6 +80,12 @@ type Service struct {
 	byChunk map[dcd.ChunkID]map[ExportID]*Handle
 	closed  bool
 
+	// restored is closed when the first Restore has finished; unrestored
+	// (under mu) is what it did not bring back, for whoever reports it.
+	restored    chan struct{}
+	restoreOnce sync.Once
+	unrestored  []Unrestored
+
 	// chunkMu serialises, per chunk, creating an export (read the grants,
 	// register) with a host's capacity leaving (decide, revoke, record),
 	// so neither acts on what the other is about to change.
@@ -139,7 +145,7 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.DrainTimeout = 10 * time.Second
 	}
 	s := &Service{cfg: cfg, log: cfg.Logger, exports: map[ExportID]*Handle{}, byChunk: map[dcd.ChunkID]map[ExportID]*Handle{},
-		chunkL: map[dcd.ChunkID]*chunkLock{}}
+		chunkL: map[dcd.ChunkID]*chunkLock{}, restored: make(chan struct{})}
 	if _, err := io.ReadFull(cfg.Rand, s.decoy[:]); err != nil {
 		return nil, fmt.Errorf("rdma: random: %w", err)
 	}

@@ -56,6 +56,8 @@ type Store interface {
 // whose check fails on a ledger error is kept for the next start and its
 // error returned. Restore returns how many exports came back.
 func (s *Service) Restore(ctx context.Context) (int, error) {
+	var lost []Unrestored
+	defer func() { s.finishRestore(lost) }()
 	if s.cfg.Store == nil {
 		return 0, nil
 	}
@@ -78,11 +80,43 @@ func (s *Service) Restore(ctx context.Context) (int, error) {
 			continue
 		}
 		s.log.Warn(fmt.Sprintf("export %s not restored: %s", r.ID, why), "export", r.ID, "chunk", r.Chunk)
+		lost = append(lost, Unrestored{ID: r.ID, Chunk: r.Chunk, Client: r.Client, Reason: why})
 		if err := s.cfg.Store.Delete(ctx, r.ID); err != nil {
 			errs = append(errs, fmt.Errorf("rdma: delete unrestored export %s: %w", r.ID, err))
 		}
 	}
 	return n, errors.Join(errs...)
+}
+
+// Unrestored is an export from before a restart that Restore did not
+// bring back (its record is deleted, its token no longer works), and why.
+type Unrestored struct {
+	ID     ExportID
+	Chunk  dcd.ChunkID
+	Client string
+	Reason string
+}
+
+// Restored is closed once the first Restore has finished; Unrestored then
+// lists what it did not bring back. The API turns that into events, since
+// Restore runs before anyone could watch its log.
+func (s *Service) Restored() <-chan struct{} { return s.restored }
+
+// Unrestored is what the first Restore did not bring back (nil before it
+// finished).
+func (s *Service) Unrestored() []Unrestored {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return slices.Clone(s.unrestored)
+}
+
+func (s *Service) finishRestore(lost []Unrestored) {
+	s.restoreOnce.Do(func() {
+		s.mu.Lock()
+		s.unrestored = lost
+		s.mu.Unlock()
+		close(s.restored)
+	})
 }
 
 // restore registers r if the rule Restore states holds, or says why not.

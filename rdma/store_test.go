@@ -124,6 +124,21 @@ func TestRestore(t *testing.T) {
 			if want := map[bool]int{true: 1, false: 0}[tt.keep]; n != want {
 				t.Errorf("got %d restored, want %d", n, want)
 			}
+			select {
+			case <-s.Restored():
+			default:
+				t.Fatal("Restored not closed after Restore")
+			}
+			var gotLost []rdma.ExportID
+			for _, u := range s.Unrestored() {
+				if u.Reason == "" || u.Chunk != env.Chunk.ID || u.Client != "rack-7" {
+					t.Errorf("unrestored %+v: want its chunk, client and a reason", u)
+				}
+				gotLost = append(gotLost, u.ID)
+			}
+			if want := map[bool][]rdma.ExportID{false: {x.ID}}[tt.keep]; !slices.Equal(gotLost, want) {
+				t.Errorf("got unrestored %v, want %v", gotLost, want)
+			}
 			if !tt.keep {
 				if got := st.ids(); len(got) != 0 {
 					t.Errorf("got records %v left, want none", got)

@@ -35,8 +35,9 @@ func MessageKey(id string) string {
 }
 
 // Error is a failed request: the HTTP status and what the Redfish error
-// body said. Its text carries each message and its MessageId, which is
-// what an operator needs to look the failure up.
+// body said. Its text carries each message with its Resolution and its
+// MessageId, which is what an operator needs to act or look the failure
+// up.
 type Error struct {
 	Method, Path string
 	Status       int
@@ -66,9 +67,10 @@ func (e *Error) Error() string {
 		// Messages carry request values (ids from the path): keep the
 		// terminal safe from them.
 		b.WriteString(printable(m.Message, 1000))
-		// GeneralError and its kind say "see Resolution": the resolution
-		// is the actual explanation then.
-		if m.Resolution != "" && strings.Contains(m.Message, "Resolution") {
+		// The Resolution is where the service names the rule that
+		// refused and what would work (registry messages are generic:
+		// "reached the limit" without saying which limit).
+		if m.Resolution != "" && !strings.Contains(m.Message, m.Resolution) {
 			b.WriteString(" " + printable(m.Resolution, 1000))
 		}
 		if m.MessageID != "" {

@@ -33,6 +33,19 @@ func TestErrorText(t *testing.T) {
 	if !e.Has("Base.GeneralError") || e.Has("Base.ResourceNotFound") {
 		t.Errorf("Has: wrong answer for %+v", e.Messages)
 	}
+
+	// A registry message that does not mention its Resolution: the
+	// resolution still names the rule.
+	body = `{"error":{"code":"Base.1.22.1.CreateLimitReachedForResource","message":"m",
+		"@Message.ExtendedInfo":[{"MessageId":"Base.1.22.1.CreateLimitReachedForResource",
+		"Message":"The create operation failed because the resource has reached the limit of possible resources.",
+		"Resolution":"The host's quota (64 GiB) leaves no room."}]}}`
+	e = parseError(http.MethodPost, "/c", &Response{Status: 409, Header: http.Header{}, Body: []byte(body)})
+	want = "POST /c: 409 Conflict: The create operation failed because the resource has reached the limit of possible resources. " +
+		"The host's quota (64 GiB) leaves no room. (Base.1.22.1.CreateLimitReachedForResource)"
+	if got := e.Error(); got != want {
+		t.Errorf("Error():\ngot  %q\nwant %q", got, want)
+	}
 }
 
 // FuzzParseError: any error body parses without panicking into an error

@@ -218,3 +218,31 @@ func (c *Client) DCD(ctx context.Context) (PCIeDevice, error) {
 
 // IsNotFound reports whether err is a 404.
 func IsNotFound(err error) bool { return StatusOf(err) == http.StatusNotFound }
+
+// FreeStrandedURI is the pool's #CxlPool.FreeStrandedChunks action.
+const FreeStrandedURI = MemoryDomainURI + "/Actions/Oem/CxlPool.FreeStrandedChunks"
+
+// FreeStranded frees every chunk that lost grants left stranded, in one
+// request, and returns the URIs of the chunks freed.
+func (c *Client) FreeStranded(ctx context.Context) ([]string, uint64, error) {
+	r, err := c.Post(ctx, FreeStrandedURI, map[string]any{})
+	if err != nil {
+		return nil, 0, err
+	}
+	var out struct {
+		Oem struct {
+			CxlPool struct {
+				FreedChunks []Link `json:"FreedChunks"`
+				FreedMiB    uint64 `json:"FreedMiB"`
+			} `json:"CxlPool"`
+		} `json:"Oem"`
+	}
+	if err := r.Decode(&out); err != nil {
+		return nil, 0, err
+	}
+	uris := make([]string, 0, len(out.Oem.CxlPool.FreedChunks))
+	for _, l := range out.Oem.CxlPool.FreedChunks {
+		uris = append(uris, l.ODataID)
+	}
+	return uris, out.Oem.CxlPool.FreedMiB, nil
+}

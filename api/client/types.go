@@ -110,14 +110,17 @@ type Event struct {
 
 // EventRecord is one record of an Event.
 type EventRecord struct {
-	EventID           string   `json:"EventId"`
-	EventType         string   `json:"EventType"`
-	EventTimestamp    string   `json:"EventTimestamp"`
-	MessageID         string   `json:"MessageId"`
-	Message           string   `json:"Message"`
-	MessageArgs       []string `json:"MessageArgs"`
-	MessageSeverity   string   `json:"MessageSeverity"`
-	OriginOfCondition *Link    `json:"OriginOfCondition,omitempty"`
+	EventID         string   `json:"EventId"`
+	EventType       string   `json:"EventType"`
+	EventTimestamp  string   `json:"EventTimestamp"`
+	MessageID       string   `json:"MessageId"`
+	Message         string   `json:"Message"`
+	MessageArgs     []string `json:"MessageArgs"`
+	MessageSeverity string   `json:"MessageSeverity"`
+	// Resolution is what to do about the event, where the service says
+	// (lost capacity, exports not restored).
+	Resolution        string `json:"Resolution,omitempty"`
+	OriginOfCondition *Link  `json:"OriginOfCondition,omitempty"`
 }
 
 // Origin is the record's OriginOfCondition URI ("" if none).
@@ -152,7 +155,11 @@ type PoolOem struct {
 	OrphanedMiB *uint64 `json:"OrphanedMiB,omitempty"`
 	QuotaMiB    *uint64 `json:"QuotaMiB,omitempty"`
 	HeldMiB     *uint64 `json:"HeldMiB,omitempty"`
-	Regions     []struct {
+	// StrandedChunks and StrandedMiB are the chunks lost grants left
+	// reserved with no host holding them (absent: none).
+	StrandedChunks int    `json:"StrandedChunks,omitempty"`
+	StrandedMiB    uint64 `json:"StrandedMiB,omitempty"`
+	Regions        []struct {
 		Region       int    `json:"Region"`
 		Sharable     bool   `json:"Sharable"`
 		SizeMiB      uint64 `json:"SizeMiB"`
@@ -190,6 +197,19 @@ type ChunkOem struct {
 	// Owner is the system of the host account that reserved the chunk.
 	Owner  string       `json:"Owner,omitempty"`
 	Grants []ChunkGrant `json:"Grants,omitempty"`
+	// Stranded: the chunk's grants were lost and no host holds it, so
+	// its capacity is neither used nor free; LostGrants says whose.
+	Stranded   bool        `json:"Stranded,omitempty"`
+	LostGrants []LostGrant `json:"LostGrants,omitempty"`
+}
+
+// LostGrant is a grant of a stranded chunk that the device no longer
+// holds.
+type LostGrant struct {
+	Connection string `json:"Connection"`
+	SystemID   string `json:"SystemId"`
+	Reason     string `json:"Reason"`
+	Lost       string `json:"Lost"`
 }
 
 // ChunkGrant is one host's grant of a chunk.

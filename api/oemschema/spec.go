@@ -86,6 +86,18 @@ func extension() []complexType {
 			object("Grants", "ChunkGrant", "The grants of the chunk the caller may see.").list(),
 			str("Name", "The chunk's name.").rw(),
 			str("Owner", "The Id of the ComputerSystem (host) that reserved the chunk."),
+			boolean("Stranded", "Whether the chunk is stranded: no host holds it and a grant of it was lost since its last release."),
+			object("LostGrants", "LostGrant", "The lost grants that strand the chunk, as far as the caller may see them.").list(),
+		}},
+		{name: "LostGrant", desc: "A grant whose capacity the device no longer holds.", props: []prop{
+			str("Connection", "The Id of the grant's Connection."),
+			str("SystemId", "The Id of the ComputerSystem (host) the chunk was granted to."),
+			str("Reason", "Why the grant was recorded lost."),
+			when("Lost", "When the grant was recorded lost."),
+		}},
+		{name: "FreedStrandedChunks", top: true, desc: "What #CxlPool.FreeStrandedChunks freed.", props: []prop{
+			link("FreedChunks", "MemoryChunks.MemoryChunks", "The chunks freed.").list(),
+			integer("FreedMiB", "The capacity freed, in MiB."),
 		}},
 		{name: "ChunkGrant", desc: "One grant of a chunk.", props: []prop{
 			link("Connection", "Connection.Connection", "The connection of the grant."),
@@ -101,6 +113,8 @@ func extension() []complexType {
 			integer("OrphanedMiB", "The capacity the device holds for no chunk of the ledger, in MiB."),
 			integer("QuotaMiB", "The caller's host quota, in MiB (0: no limit)."),
 			integer("HeldMiB", "The capacity counted against the caller's host quota, in MiB."),
+			integer("StrandedChunks", "How many chunks are stranded by lost grants."),
+			integer("StrandedMiB", "The capacity of the stranded chunks, in MiB."),
 		}},
 		{name: "DomainRegion", desc: "One dynamic capacity region.", props: []prop{
 			integer("Region", "The region's index."),
@@ -108,6 +122,8 @@ func extension() []complexType {
 			integer("SizeMiB", "The region's size, in MiB."),
 			integer("FreeMiB", "The region's capacity no chunk holds, in MiB."),
 			integer("BlockSizeMiB", "The region's block size, in MiB."),
+			boolean("SanitizeOnRelease", "Whether the device sanitizes capacity a host releases itself in this region."),
+			str("AllocationRefused", "Why no new chunk is placed in the region, when none is."),
 		}},
 		{name: "DynamicCapacityDevice", top: true, desc: "The identity and limits of the multi-headed dynamic capacity device.", props: []prop{
 			str("VendorId", "The PCI vendor ID (0xNNNN)."),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"path"
@@ -37,12 +38,17 @@ func memberURI(collection, what, arg string) (string, error) {
 	return collection + "/" + arg, nil
 }
 
-// systemArg reads a host as given on the command line: "Host3", "3" or
-// the system's URI.
+// systemArg reads a host as given on the command line: "Host3", "3", the
+// system's URI, or the name in any case ("host3", "HOST3"), always
+// answering the Redfish Id's spelling ("Host3").
 func systemArg(arg string) (string, error) {
 	s := strings.TrimPrefix(strings.TrimSuffix(arg, "/"), client.SystemsURI+"/")
-	if _, err := strconv.ParseUint(s, 10, 16); err == nil {
-		s = "Host" + s
+	num := s
+	if len(s) > 4 && strings.EqualFold(s[:4], "host") {
+		num = s[4:]
+	}
+	if n, err := strconv.ParseUint(num, 10, 16); err == nil && num != "" && num[0] != '+' {
+		s = "Host" + strconv.FormatUint(n, 10)
 	}
 	if s == "" || strings.ContainsAny(s, "/?#%") {
 		return "", usagef("%q is not a host (HostN)", arg)
@@ -50,7 +56,8 @@ func systemArg(arg string) (string, error) {
 	return s, nil
 }
 
-// sizeArg reads a capacity request: binary units, whole MiB.
+// sizeArg reads a capacity request: binary units, whole MiB. The block
+// size rule is the box's, checked with it (sizeCheck) where it is known.
 func sizeArg(arg string) (uint64, error) {
 	n, err := bytesize.Parse(arg)
 	if err != nil {
@@ -60,6 +67,20 @@ func sizeArg(arg string) (uint64, error) {
 		return 0, usagef("size %q: want a positive whole number of MiB", arg)
 	}
 	return n, nil
+}
+
+// sizeCheck refuses a size that is not a multiple of the pool's chunk
+// increment (the device's block size) before anything is reserved, and
+// says which sizes would work.
+func sizeCheck(n, increment uint64, arg string) error {
+	if increment == 0 || n%increment == 0 {
+		return nil
+	}
+	down, up := n/increment*increment, (n/increment+1)*increment
+	if down == 0 {
+		return usagef("size %s: chunk sizes are multiples of %s (the device's block size): use %s", arg, size(increment), size(up))
+	}
+	return usagef("size %s: chunk sizes are multiples of %s (the device's block size): use %s or %s", arg, size(increment), size(down), size(up))
 }
 
 // --- status ---
@@ -90,9 +111,14 @@ type statusOut struct {
 	SharedBytes   *uint64 `json:"shared_bytes,omitempty"`   // held by several
 	OrphanedBytes *uint64 `json:"orphaned_bytes,omitempty"`
 	// QuotaBytes and HeldBytes are shown to host accounts (quota 0: none).
-	QuotaBytes     *uint64     `json:"quota_bytes,omitempty"`
-	HeldBytes      *uint64     `json:"held_bytes,omitempty"`
-	IncrementBytes uint64      `json:"increment_bytes"`
+	QuotaBytes     *uint64 `json:"quota_bytes,omitempty"`
+	HeldBytes      *uint64 `json:"held_bytes,omitempty"`
+	IncrementBytes uint64  `json:"increment_bytes"`
+	Health         string  `json:"health,omitempty"` // the pool's
+	// StrandedChunks and StrandedBytes: chunks lost grants left reserved
+	// with no host holding them (poolctl free --stranded frees them).
+	StrandedChunks int         `json:"stranded_chunks,omitempty"`
+	StrandedBytes  uint64      `json:"stranded_bytes,omitempty"`
 	Chunks         int         `json:"chunks"`
 	Connections    int         `json:"connections"`
 	Regions        []regionOut `json:"regions"`
@@ -132,9 +158,10 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	}
 	out := statusOut{Server: c.Server(), TotalBytes: mibBytes(pool.MemorySizeMiB),
 		IncrementBytes: mibBytes(pool.MemoryChunkIncrementMiB), Chunks: len(chunks), Connections: len(conns),
-		Regions: []regionOut{}}
+		Regions: []regionOut{}, Health: pool.Status.Health}
 	if o := pool.Oem.CxlPool; o != nil {
 		out.FreeBytes = mibBytes(o.FreeMiB)
+		out.StrandedChunks, out.StrandedBytes = o.StrandedChunks, mibBytes(o.StrandedMiB)
 		out.ReservedBytes, out.GrantedBytes = optBytes(o.ReservedMiB), optBytes(o.GrantedMiB)
 		out.SharedBytes, out.OrphanedBytes = optBytes(o.SharedMiB), optBytes(o.OrphanedMiB)
 		out.QuotaBytes, out.HeldBytes = optBytes(o.QuotaMiB), optBytes(o.HeldMiB)
@@ -183,6 +210,13 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	}
 	fmt.Fprintf(tw, "Chunks:\t%d (sizes in multiples of %s)\n", out.Chunks, size(out.IncrementBytes))
 	fmt.Fprintf(tw, "Connections:\t%d\n", out.Connections)
+	if out.StrandedChunks > 0 {
+		fmt.Fprintf(tw, "Stranded:\t%d chunks (%s) whose grants were lost, held by no host: `poolctl free --stranded` frees them\n",
+			out.StrandedChunks, size(out.StrandedBytes))
+	}
+	if out.Health != "" && out.Health != "OK" {
+		fmt.Fprintf(tw, "Pool health:\t%s\n", out.Health)
+	}
 	if d := out.Device; d != nil {
 		fmt.Fprintf(tw, "Device:\t%s %s, health %s (model %s, serial %s, firmware %s)\n", lastSegment(d.URI),
 			orDash(d.State), orDash(d.Health), orDash(d.Model), orDash(d.Serial), orDash(d.Firmware))
@@ -213,25 +247,6 @@ type hostOut struct {
 	State        string `json:"state"`
 	GrantedBytes uint64 `json:"granted_bytes"`
 	QuotaBytes   uint64 `json:"quota_bytes"` // 0: no limit
-}
-
-func cmdHosts(ctx context.Context, a *app, args []string) error {
-	return list(ctx, a, "hosts", args,
-		func(ctx context.Context, c *client.Client) ([]hostOut, error) {
-			return convert(toHostOut)(c.Systems(ctx))
-		},
-		[]string{"SYSTEM", "HEAD", "PORT", "LINK", "GRANTED", "QUOTA"},
-		func(h hostOut) []string {
-			link := "down"
-			if h.LinkUp {
-				link = "up"
-			}
-			quota := "none"
-			if h.QuotaBytes > 0 {
-				quota = size(h.QuotaBytes)
-			}
-			return []string{h.System, optInt(h.Head), optInt(h.Port), link, size(h.GrantedBytes), quota}
-		})
 }
 
 func toHostOut(s client.System) hostOut {
@@ -272,13 +287,16 @@ type chunkOut struct {
 	Owner       string   `json:"owner,omitempty"`
 	Hosts       []string `json:"hosts"`
 	Connections []string `json:"connections"`
+	Health      string   `json:"health,omitempty"`
+	// Stranded: the chunk's grants were lost and no host holds it.
+	Stranded bool `json:"stranded,omitempty"`
 }
 
 func toChunkOut(ch client.MemoryChunk) chunkOut {
 	o := chunkOut{ID: ch.ID, URI: ch.ODataID, Name: ch.DisplayName, SizeBytes: mibBytes(ch.MemoryChunkSizeMiB),
-		State: ch.Status.State, Hosts: []string{}, Connections: []string{}}
+		State: ch.Status.State, Health: ch.Status.Health, Hosts: []string{}, Connections: []string{}}
 	if x := ch.Oem.CxlPool; x != nil {
-		o.Region, o.Sharable, o.Owner = x.Region, x.Sharable, x.Owner
+		o.Region, o.Sharable, o.Owner, o.Stranded = x.Region, x.Sharable, x.Owner, x.Stranded
 		if o.Name == "" {
 			o.Name = x.Name
 		}
@@ -299,8 +317,12 @@ func cmdChunks(ctx context.Context, a *app, args []string) error {
 		},
 		[]string{"ID", "NAME", "SIZE", "REGION", "SHARABLE", "STATE", "HOSTS"},
 		func(o chunkOut) []string {
+			state := orDash(o.State)
+			if o.Stranded {
+				state += " (stranded: grant lost)"
+			}
 			return []string{o.ID, orDash(o.Name), size(o.SizeBytes), optInt(o.Region), yesNo(o.Sharable),
-				orDash(o.State), orDash(strings.Join(o.Hosts, ","))}
+				state, orDash(strings.Join(o.Hosts, ","))}
 		})
 }
 
@@ -437,6 +459,11 @@ func cmdRequest(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	if pool, err := c.Pool(ctx); err == nil {
+		if err := sizeCheck(n, blockFor(pool, *region), pos[0]); err != nil {
+			return err
+		}
+	}
 	sys, err := targetSystem(ctx, c, *host)
 	if err != nil {
 		return explain(err)
@@ -459,6 +486,19 @@ func cmdRequest(ctx context.Context, a *app, args []string) error {
 		return a.undoReserve(ctx, c, chunk, err)
 	}
 	return a.printGrant(out)
+}
+
+// blockFor is the chunk size increment for a request in region (-1: any):
+// that region's block size, else the pool's increment.
+func blockFor(pool client.MemoryDomain, region int) uint64 {
+	if o := pool.Oem.CxlPool; o != nil && region >= 0 {
+		for _, r := range o.Regions {
+			if r.Region == region {
+				return mibBytes(r.BlockSizeMiB)
+			}
+		}
+	}
+	return mibBytes(pool.MemoryChunkIncrementMiB)
 }
 
 // undoReserve frees the chunk a failed request reserved, so that nothing
@@ -777,14 +817,25 @@ func freeChunk(ctx context.Context, c *client.Client, uri string) (chunkOut, err
 }
 
 func cmdFree(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("free", "CHUNK")
-	pos, err := parse(fs, args, 1, 1)
+	fs := a.flags("free", "CHUNK... | --stranded")
+	stranded := fs.Bool("stranded", false, "free every chunk whose grants were lost and that no host holds (one request)")
+	pos, err := parse(fs, args, 0, -1)
 	if err != nil {
 		return err
 	}
-	uri, err := memberURI(client.ChunksURI, "chunk", pos[0])
-	if err != nil {
-		return err
+	switch {
+	case len(pos) == 0 && !*stranded:
+		return usagef("free: missing argument: name one or more CHUNKs, or --stranded (see poolctl free -h)")
+	case len(pos) > 0 && *stranded:
+		return usagef("free: name CHUNKs or --stranded, not both")
+	}
+	var uris []string
+	for _, p := range pos {
+		uri, err := memberURI(client.ChunksURI, "chunk", p)
+		if err != nil {
+			return err
+		}
+		uris = append(uris, uri)
 	}
 	ctx, cancel := a.deadline(ctx, false)
 	defer cancel()
@@ -792,13 +843,47 @@ func cmdFree(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
-	fo, err := freeChunk(ctx, c, uri)
-	if err != nil {
-		return err
+	if *stranded {
+		freed, mib, err := c.FreeStranded(ctx)
+		if err != nil {
+			return explain(err)
+		}
+		ids := make([]string, 0, len(freed))
+		for _, u := range freed {
+			ids = append(ids, lastSegment(u))
+		}
+		if a.g.json {
+			return a.printJSON(struct {
+				Freed      []string `json:"freed"`
+				FreedBytes uint64   `json:"freed_bytes"`
+			}{ids, mibBytes(mib)})
+		}
+		if len(ids) == 0 {
+			fmt.Fprintln(a.stdout, "No stranded chunks.")
+			return nil
+		}
+		fmt.Fprintf(a.stdout, "Freed %d stranded chunks (%s): %s.\n", len(ids), size(mibBytes(mib)), strings.Join(ids, ", "))
+		return nil
 	}
-	if a.g.json {
-		return a.printJSON(fo)
+	// Each chunk is freed on its own: one that cannot be does not keep
+	// the others; the failures are reported together at the end.
+	out := []chunkOut{}
+	var errs []error
+	for _, uri := range uris {
+		fo, err := freeChunk(ctx, c, uri)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("chunk %s: %w", lastSegment(uri), err))
+			continue
+		}
+		out = append(out, fo)
+		if !a.g.json {
+			fmt.Fprintf(a.stdout, "Freed chunk %s (%s).\n", fo.ID, size(fo.SizeBytes))
+		}
 	}
-	fmt.Fprintf(a.stdout, "Freed chunk %s (%s).\n", fo.ID, size(fo.SizeBytes))
-	return nil
+	if a.g.json && (len(out) > 0 || len(errs) == 0) {
+		if err := a.printJSON(out); err != nil {
+			return err
+		}
+	}
+	return errors.Join(errs...)
 }

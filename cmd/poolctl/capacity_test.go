@@ -211,7 +211,7 @@ func TestWatchGrant(t *testing.T) {
 	if err := stop(); err != nil {
 		t.Fatalf("watch: %v", err)
 	}
-	want := "<time>  OK       ResourceEvent.ResourceStateChanged  /redfish/v1/Fabrics/CXL/Connections/1  " +
+	want := "<event>  <time>  OK       ResourceEvent.ResourceStateChanged  /redfish/v1/Fabrics/CXL/Connections/1  " +
 		"The state of resource '/redfish/v1/Fabrics/CXL/Connections/1' has changed to granted."
 	if len(got) == 0 || got[len(got)-1] != want {
 		t.Errorf("watch as host0: got lines\n%s\nwant the last to be\n%s", strings.Join(got, "\n"), want)

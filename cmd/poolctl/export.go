@@ -247,9 +247,10 @@ func (a *app) benchFlags(synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("poolctl export bench", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	fs.Usage = func() {
-		fmt.Fprintf(a.stderr, "usage: poolctl [global flags] export bench %s\n", synopsis)
-		printFlags(a.stderr, fs, func(name string) bool { return name == "server" || !isGlobal(name) })
-		fmt.Fprintln(a.stderr, "global flags: see poolctl -h (--server must come before the command here)")
+		w := fs.Output() // stdout for a help request, else io.Discard (see app.flags)
+		fmt.Fprintf(w, "usage: poolctl [global flags] export bench %s\n", synopsis)
+		printFlags(w, fs, func(name string) bool { return name == "server" || !isGlobal(name) })
+		fmt.Fprintln(w, "global flags: see poolctl -h (--server must come before the command here)")
 	}
 	globals := flag.NewFlagSet("", flag.ContinueOnError)
 	a.g.register(globals)

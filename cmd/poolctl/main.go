@@ -14,17 +14,25 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"syscall"
 	"time"
+
+	"cxlpool/api/client"
 )
+
+// version is the build's version, set with -ldflags "-X main.version=...";
+// --version adds the VCS revision Go recorded in the binary.
+var version = "dev"
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -40,17 +48,73 @@ const (
 	exitUsage = 2
 )
 
-// report prints err (if any) and returns the exit status for it.
+// report prints err (if any) and returns the exit status for it. Under
+// --json (a *jsonFailure) the error is one JSON object on stderr.
 func report(err error, stderr io.Writer) int {
 	if err == nil || errors.Is(err, flag.ErrHelp) {
 		return exitOK
 	}
-	fmt.Fprintf(stderr, "poolctl: %v\n", err)
+	code := exitError
 	var ue *usageError
 	if errors.As(err, &ue) {
-		return exitUsage
+		code = exitUsage
 	}
-	return exitError
+	var jf *jsonFailure
+	if errors.As(err, &jf) {
+		enc := json.NewEncoder(stderr)
+		enc.SetEscapeHTML(false)
+		if enc.Encode(errorJSON(jf.err, code)) == nil {
+			return code
+		}
+	}
+	fmt.Fprintf(stderr, "poolctl: %v\n", err)
+	return code
+}
+
+// jsonFailure marks the error of a --json run: report prints it as JSON.
+type jsonFailure struct{ err error }
+
+func (e *jsonFailure) Error() string { return e.err.Error() }
+func (e *jsonFailure) Unwrap() error { return e.err }
+
+// errorOut is an error under --json: the text poolctl would print, the
+// exit status, and for a refusal of the service its HTTP status and the
+// messages of its Redfish error (@Message.ExtendedInfo).
+type errorOut struct {
+	Error struct {
+		Message    string            `json:"message"`
+		ExitStatus int               `json:"exit_status"`
+		Status     int               `json:"http_status,omitempty"`
+		Method     string            `json:"method,omitempty"`
+		Path       string            `json:"path,omitempty"`
+		Messages   []errorMessageOut `json:"messages,omitempty"`
+	} `json:"error"`
+}
+
+type errorMessageOut struct {
+	MessageID  string   `json:"message_id"`
+	Message    string   `json:"message"`
+	Args       []string `json:"args,omitempty"`
+	Severity   string   `json:"severity,omitempty"`
+	Resolution string   `json:"resolution,omitempty"`
+}
+
+func errorJSON(err error, code int) errorOut {
+	var o errorOut
+	o.Error.Message, o.Error.ExitStatus = err.Error(), code
+	var ce *client.Error
+	if errors.As(err, &ce) {
+		o.Error.Status, o.Error.Method, o.Error.Path = ce.Status, ce.Method, ce.Path
+		msgs := ce.Messages
+		if len(msgs) == 0 && (ce.Code != "" || ce.Text != "") {
+			msgs = []client.Message{{MessageID: ce.Code, Message: ce.Text}}
+		}
+		for _, m := range msgs {
+			o.Error.Messages = append(o.Error.Messages, errorMessageOut{MessageID: m.MessageID, Message: m.Message,
+				Args: m.MessageArgs, Severity: m.MessageSeverity, Resolution: m.Resolution})
+		}
+	}
+	return o
 }
 
 // usageError is a mistake on the command line (exit status 2).
@@ -66,7 +130,37 @@ func usagef(format string, args ...any) error {
 // arguments, streams and signal context; tests pass their own.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	a := &app{stdout: stdout, stderr: stderr, stdin: os.Stdin, getenv: os.Getenv}
-	return a.run(ctx, args)
+	err := a.run(ctx, args)
+	if err != nil && a.g.json {
+		return &jsonFailure{err}
+	}
+	return err
+}
+
+// versionText is what --version prints.
+func versionText() string {
+	s := "poolctl " + version
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		var rev, dirty string
+		for _, kv := range bi.Settings {
+			switch kv.Key {
+			case "vcs.revision":
+				rev = kv.Value
+			case "vcs.modified":
+				if kv.Value == "true" {
+					dirty = "-dirty"
+				}
+			}
+		}
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if rev != "" {
+			s += " (" + rev + dirty + ")"
+		}
+		s += " " + bi.GoVersion
+	}
+	return s
 }
 
 // app is one invocation's state.
@@ -134,15 +228,16 @@ func commands() []command {
 		{"login", "", "open a session and store its token for --server", cmdLogin},
 		{"logout", "", "end the stored session", cmdLogout},
 		{"status", "", "pool capacity (total, reserved, granted, free) and device health", cmdStatus},
-		{"hosts", "", "attached hosts: head, link, granted capacity, quota", cmdHosts},
+		{"hosts", "[HostN]", "attached hosts: head, link, granted capacity, quota; with HostN, that host and its connections", cmdHosts},
 		{"quota", "HostN SIZE|none", "set a host's quota: later grants to it must fit (administrators, operators)", cmdQuota},
 		{"chunks", "", "reserved chunks and the hosts they are connected to", cmdChunks},
 		{"connections", "", "connections (grants of chunks to hosts)", cmdConnections},
 		{"request", "SIZE [--host HostN] [--shared] [--name N] [--wait=false]", "reserve SIZE and connect it to a host (yours by default)", cmdRequest},
 		{"share", "CHUNK --host HostN", "connect an existing sharable chunk to another host", cmdShare},
 		{"release", "CONNECTION | --chunk CHUNK [--free]", "take capacity back from hosts; --free also frees the chunk", cmdRelease},
-		{"free", "CHUNK", "return a chunk that no host uses to the pool", cmdFree},
-		{"watch", "[--count N]", "print events as they happen (Ctrl-C stops)", cmdWatch},
+		{"resize", "HostN SIZE [--dry-run]", "bring a host to SIZE: grow by one new chunk, shrink by releasing whole chunks", cmdResize},
+		{"free", "CHUNK... | --stranded", "return chunks that no host uses to the pool; --stranded: every chunk lost grants left", cmdFree},
+		{"watch", "[--count N] [--after EVENT_ID]", "print events as they happen, each with its event id (Ctrl-C stops)", cmdWatch},
 		{"accounts", "[list | add NAME --role ROLE [--system HostN] | remove NAME]", "manage accounts (administrators)", cmdAccounts},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 	}
@@ -156,6 +251,7 @@ func (a *app) run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("poolctl", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	a.g.register(fs)
+	showVersion := fs.Bool("version", false, "print poolctl's version and exit")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			a.usage(a.stdout, fs)
@@ -163,14 +259,22 @@ func (a *app) run(ctx context.Context, args []string) error {
 		}
 		return usagef("%v (see poolctl -h)", err)
 	}
+	if *showVersion {
+		_, err := fmt.Fprintln(a.stdout, versionText())
+		return err
+	}
 	if fs.NArg() == 0 {
 		a.usage(a.stderr, fs)
 		return usagef("no command given")
 	}
 	name, rest := fs.Arg(0), fs.Args()[1:]
 	if name == "help" {
-		a.usage(a.stdout, fs)
-		return nil
+		if len(rest) == 0 {
+			a.usage(a.stdout, fs)
+			return nil
+		}
+		// "poolctl help request" is "poolctl request -h".
+		name, rest = rest[0], []string{"-h"}
 	}
 	for _, c := range commands() {
 		if c.name != name {
@@ -179,10 +283,29 @@ func (a *app) run(ctx context.Context, args []string) error {
 		if a.g.timeout < 0 {
 			return usagef("--timeout must not be negative")
 		}
-		return c.run(ctx, a, rest)
+		err := c.run(ctx, a, rest)
+		var hr *helpRequest
+		if errors.As(err, &hr) {
+			// Help goes to stdout and is a success: the command's
+			// forms, then the flags of the one asked about.
+			if c.args != "" {
+				fmt.Fprintf(a.stdout, "poolctl %s: %s\n  poolctl %s %s\n\n", c.name, c.summary, c.name, c.args)
+			}
+			hr.fs.SetOutput(a.stdout)
+			hr.fs.Usage()
+			return nil
+		}
+		return err
 	}
 	return usagef("unknown command %q (see poolctl help)", name)
 }
+
+// helpRequest is -h or --help given to a command: run prints the
+// command's help on stdout and exits 0.
+type helpRequest struct{ fs *flag.FlagSet }
+
+func (h *helpRequest) Error() string { return h.fs.Name() + ": help requested" }
+func (h *helpRequest) Unwrap() error { return flag.ErrHelp }
 
 // usage prints the overview.
 func (a *app) usage(w io.Writer, fs *flag.FlagSet) {
@@ -228,8 +351,11 @@ func printFlags(w io.Writer, fs *flag.FlagSet, keep func(name string) bool) {
 func (a *app) flags(name, synopsis string) *flag.FlagSet {
 	fs := flag.NewFlagSet("poolctl "+name, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
+	// The flag package calls Usage on every parse error too: it writes
+	// to the flag set's output, which is io.Discard until a help request
+	// (helpRequest) points it at stdout.
 	fs.Usage = func() {
-		w := a.stderr
+		w := fs.Output()
 		fmt.Fprintf(w, "usage: poolctl [global flags] %s %s\n", name, synopsis)
 		printFlags(w, fs, func(name string) bool { return !isGlobal(name) })
 		fmt.Fprintln(w, "global flags: see poolctl -h")
@@ -248,7 +374,7 @@ func parse(fs *flag.FlagSet, args []string, minPos, maxPos int) ([]string, error
 		// and for a bad flag.
 		if err := fs.Parse(args); err != nil {
 			if errors.Is(err, flag.ErrHelp) {
-				return nil, err
+				return nil, &helpRequest{fs}
 			}
 			return nil, usagef("%s: %v", fs.Name(), err)
 		}

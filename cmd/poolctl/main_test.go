@@ -111,6 +111,7 @@ func (c *cli) fails(r result, code int, want string) {
 var (
 	reTime    = regexp.MustCompile(`\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?(Z|[+-]\d\d:\d\d)`)
 	reSession = regexp.MustCompile(`(Sessions/)[A-Za-z0-9_-]+`)
+	reEventID = regexp.MustCompile(`(?m)^\d{13,}  `) // watch's event ids: microseconds since the epoch and on
 )
 
 // normalise replaces what differs between runs: the server's address,
@@ -119,6 +120,7 @@ func (c *cli) normalise(s string) string {
 	s = strings.ReplaceAll(s, c.server, "SERVER")
 	s = strings.ReplaceAll(s, c.dir, "CONFIG")
 	s = reSession.ReplaceAllString(s, "${1}<id>")
+	s = reEventID.ReplaceAllString(s, "<event>  ")
 	return reTime.ReplaceAllString(s, "<time>")
 }
 
@@ -461,7 +463,7 @@ func TestWatch(t *testing.T) {
 			jsonID = ev.EventID
 			continue
 		}
-		if got := c.normalise(line); got != "<time>  OK       ResourceEvent.ResourceCreated       "+uri+"  The resource was created successfully." {
+		if got := c.normalise(line); got != "<event>  <time>  OK       ResourceEvent.ResourceCreated       "+uri+"  The resource was created successfully." {
 			t.Errorf("watch line: got %q", got)
 		}
 	}

@@ -12,14 +12,15 @@ import (
 // eventOut is one event record in --json output (one JSON object per
 // line, so that a consumer can act on each as it comes).
 type eventOut struct {
-	EventID   string   `json:"event_id"`
-	Time      string   `json:"time"`
-	Type      string   `json:"type"`
-	MessageID string   `json:"message_id"`
-	Severity  string   `json:"severity"`
-	Message   string   `json:"message"`
-	Args      []string `json:"args,omitempty"`
-	Origin    string   `json:"origin,omitempty"`
+	EventID    string   `json:"event_id"`
+	Time       string   `json:"time"`
+	Type       string   `json:"type"`
+	MessageID  string   `json:"message_id"`
+	Severity   string   `json:"severity"`
+	Message    string   `json:"message"`
+	Args       []string `json:"args,omitempty"`
+	Origin     string   `json:"origin,omitempty"`
+	Resolution string   `json:"resolution,omitempty"`
 }
 
 func cmdWatch(ctx context.Context, a *app, args []string) error {
@@ -61,14 +62,18 @@ func cmdWatch(ctx context.Context, a *app, args []string) error {
 		}
 		for _, r := range ev.Events {
 			o := eventOut{EventID: r.EventID, Time: r.EventTimestamp, Type: r.EventType, MessageID: r.MessageID,
-				Severity: r.MessageSeverity, Message: r.Message, Args: r.MessageArgs, Origin: r.Origin()}
+				Severity: r.MessageSeverity, Message: r.Message, Args: r.MessageArgs, Origin: r.Origin(), Resolution: r.Resolution}
 			if a.g.json {
 				if err := enc.Encode(o); err != nil {
 					return err
 				}
 			} else {
-				fmt.Fprintf(a.stdout, "%s  %-8s %-34s  %s  %s\n", o.Time, o.Severity,
+				// The event id first: `watch --after ID` resumes there.
+				fmt.Fprintf(a.stdout, "%s  %s  %-8s %-34s  %s  %s\n", o.EventID, o.Time, o.Severity,
 					client.MessageKey(o.MessageID), orDash(o.Origin), clean(o.Message))
+				if o.Resolution != "" {
+					fmt.Fprintf(a.stdout, "    %s\n", clean(o.Resolution))
+				}
 			}
 			seen++
 			if *count > 0 && seen >= *count {

@@ -6,6 +6,7 @@ import { subscribe, useLive } from '../live.js';
 import { Card, Gauge, StackBar, Meter, Health, LinkBadge, ErrorBox, Loading, fmtMiB, fmtTime, Badge, hostColor, hostNum, origin } from '../ui.js';
 
 const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
+const FREE_STRANDED = DOMAIN + '/Actions/Oem/CxlPool.FreeStrandedChunks';
 const EVENT_LOG = '/redfish/v1/Managers/FM/LogServices/EventLog/Entries';
 
 async function load(principal) {
@@ -15,7 +16,8 @@ async function load(principal) {
     api.members('/redfish/v1/Systems'),
     api.members('/redfish/v1/Fabrics/CXL/Connections'),
   ]);
-  const health = [];
+  // The pool's own health: Warning while lost grants strand chunks.
+  const health = [{ label: 'Memory pool', href: '#/hosts', status: dom.Status }];
   const add = async (label, uri, href) => {
     try { health.push({ label, href, status: (await api.get(uri)).Status }); } catch (e) { health.push({ label, href, error: e.message }); }
   };
@@ -32,6 +34,7 @@ export default function Dashboard({ principal }) {
   const [st, setSt] = useState({});
   const [err, setErr] = useState(null);
   const [liveEvents, setLiveEvents] = useState([]);
+  const [freeing, setFreeing] = useState({ busy: false, error: null, done: null });
   const reload = () => load(principal).then((d) => { setSt(d); setErr(null); }, setErr);
   useEffect(() => { reload(); }, []);
   useLive(reload, { every: 10000 });
@@ -45,6 +48,16 @@ export default function Dashboard({ principal }) {
   // connection is releasing.
   const sanitizing = conns.filter((c) => c.Oem?.CxlPool?.GrantState === 'releasing').reduce((n, c) => n + (c.Oem.CxlPool.GrantedMiB || 0), 0);
   const upCount = systems.filter((s) => s.Oem?.CxlPool?.LinkUp).length;
+  // One step frees every stranded chunk: the pool's OEM action.
+  const freeStranded = async () => {
+    setFreeing({ busy: true, error: null, done: null });
+    try {
+      const r = await api.post(FREE_STRANDED, {});
+      const x = r.body?.Oem?.CxlPool || {};
+      setFreeing({ busy: false, error: null, done: { n: (x.FreedChunks || []).length, mib: x.FreedMiB || 0 } });
+      reload();
+    } catch (e) { setFreeing({ busy: false, error: e, done: null }); }
+  };
 
   const events = principal.can.appliance
     ? mergeEvents(liveEvents, st.events)
@@ -53,6 +66,16 @@ export default function Dashboard({ principal }) {
   return html`
     <div class="page-h"><h1>Dashboard</h1></div>
     ${err ? html`<${ErrorBox} error=${err} />` : null}
+    ${o.StrandedChunks ? html`<div class="alert warn" role="alert" id="stranded-banner">
+      <b>${o.StrandedChunks} ${o.StrandedChunks === 1 ? 'chunk' : 'chunks'} stranded by lost grants</b> (${fmtMiB(o.StrandedMiB)}):
+      the device no longer holds what their hosts were granted (after a restart of the box, for example), so this
+      capacity is neither used nor free. The hosts' data in them is gone.
+      ${principal.can.components
+        ? html` <button class="small" id="free-stranded" disabled=${freeing.busy} onClick=${freeStranded}>${freeing.busy ? 'Freeing…' : 'Free stranded chunks'}</button>`
+        : html` <span class="hint">An administrator or operator can free them.</span>`}
+    </div>` : null}
+    ${freeing.error ? html`<${ErrorBox} error=${freeing.error} />` : null}
+    ${freeing.done ? html`<p class="alert ok" role="status" id="stranded-freed">Freed ${freeing.done.n} stranded ${freeing.done.n === 1 ? 'chunk' : 'chunks'} (${fmtMiB(freeing.done.mib)}).</p>` : null}
     <${Card} title="Pool capacity" id="cap">
       ${principal.can.appliance ? html`
         <div class="gauges">
