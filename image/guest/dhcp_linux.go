@@ -47,6 +47,12 @@ func (in *Init) dhcp(ctx context.Context, cfg Config) error {
 	if cfg.NetAddress != "" {
 		in.printf("network: net.address %s not used: net.dhcp is on", cfg.NetAddress)
 	}
+	if len(cfg.NameServers) > 0 {
+		// The owner's name servers do not wait for a lease.
+		if err := in.writeResolver(ResolvConf, cfg.NameServers, nil, nil, ""); err != nil {
+			in.printf("network: %v", err)
+		}
+	}
 	retry := 2 * time.Second
 	for ctx.Err() == nil {
 		link, err := dhclient.IfUp(cfg.NetIface, 10*time.Second)
@@ -134,8 +140,10 @@ func (in *Init) dhcpRound(ctx context.Context, link netlink.Link, cfg Config) (t
 	for _, e := range errs {
 		in.printf("network: DHCP on %s: %s", cfg.NetIface, e)
 	}
-	if err := in.writeResolver(ResolvConf, cfg.NameServers, dns, search, domain); err != nil {
-		in.printf("network: %v", err)
+	if len(cfg.NameServers) == 0 {
+		if err := in.writeResolver(ResolvConf, nil, dns, search, domain); err != nil {
+			in.printf("network: %v", err)
+		}
 	}
 	return max(renew, 10*time.Second), nil
 }
