@@ -18,7 +18,8 @@ import (
 // Managers/FM/EthernetInterfaces: the management computer's network
 // interfaces (loopback aside), as the system reports them. On the image
 // an administrator sets the host name (any interface: it is the box's)
-// and the configured interface's static IPv4 address; see
+// and whether the configured interface takes a DHCP lease or a static
+// IPv4 address; see
 // networkprotocol.go for who owns what and when changes apply.
 
 // NetInterface is one network interface of the management computer.
@@ -180,6 +181,8 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 				}
 			case a.IsLinkLocalUnicast():
 				e["AddressOrigin"] = "IPv4LinkLocal"
+			case configured && ns.DHCPv4:
+				e["AddressOrigin"] = "DHCP"
 			}
 			v4 = append(v4, e)
 			continue
@@ -226,7 +229,7 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 	}
 	if owned {
 		// What the image configures (at the next boot): one interface,
-		// statically; it has no DHCP client.
+		// by DHCP or statically.
 		static := []Obj{}
 		if configured && ns.IPv4Address.IsValid() {
 			e := Obj{"Address": ns.IPv4Address.Addr().String(), "SubnetMask": subnetMask(ns.IPv4Address.Bits())}
@@ -236,7 +239,7 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 			static = append(static, e)
 		}
 		o["IPv4StaticAddresses"] = static
-		o["DHCPv4"] = Obj{"DHCPEnabled": false}
+		o["DHCPv4"] = Obj{"DHCPEnabled": configured && ns.DHCPv4}
 	}
 	return o
 }
@@ -275,36 +278,56 @@ func (s *Server) patchEthernet(c echo.Context) error {
 	if req.HostName != nil && !hostNamePattern.MatchString(*req.HostName) {
 		return ErrPropertyValueFormat(*req.HostName, "HostName")
 	}
-	if req.DHCPv4 != nil && req.DHCPv4.DHCPEnabled != nil && *req.DHCPv4.DHCPEnabled {
-		m := M("Base.PropertyValueIncorrect", "DHCPv4/DHCPEnabled", "true").WithRelated("DHCPv4/DHCPEnabled")
-		m.Resolution = "The cxlpool image has no DHCP client: give the interface a static address in IPv4StaticAddresses."
-		return NewError(http.StatusBadRequest, m)
-	}
+	setDHCP := req.DHCPv4 != nil && req.DHCPv4.DHCPEnabled != nil
 	addressChanged := false
 	err = s.cfg.Network.UpdateNetworkSettings(func(ns *NetworkSettings) error {
 		if req.HostName != nil {
 			ns.HostName = *req.HostName
 		}
-		if req.IPv4StaticAddresses == nil {
+		if req.IPv4StaticAddresses == nil && !setDHCP {
 			return nil
 		}
+		mine := ns.Interface == ni.Name
+		dhcp := mine && ns.DHCPv4
+		if setDHCP {
+			dhcp = *req.DHCPv4.DHCPEnabled
+		}
 		var current []netip.Prefix
-		if ns.Interface == ni.Name && ns.IPv4Address.IsValid() {
+		if mine && ns.IPv4Address.IsValid() {
 			current = []netip.Prefix{ns.IPv4Address}
 		}
-		gw := netip.Addr{}
+		addr, gw := netip.Prefix{}, netip.Addr{}
 		if len(current) > 0 {
-			gw = ns.IPv4Gateway
+			addr, gw = current[0], ns.IPv4Gateway
 		}
-		addr, gw, err := mergeIPv4Static(*req.IPv4StaticAddresses, current, gw)
-		if err != nil {
-			return err
+		if req.IPv4StaticAddresses != nil {
+			var err error
+			if addr, gw, err = mergeIPv4Static(*req.IPv4StaticAddresses, current, gw, dhcp); err != nil {
+				return err
+			}
+			// The image uses the lease or the static address, never
+			// both: a static address waiting behind DHCP would be
+			// shown as configured and not be.
+			if dhcp && addr.IsValid() {
+				m := M("Base.PropertyValueConflict", "IPv4StaticAddresses", "DHCPv4/DHCPEnabled").WithRelated("IPv4StaticAddresses")
+				m.Resolution = "Set DHCPv4/DHCPEnabled to false in the same request to use a static address, or send IPv4StaticAddresses [] to keep DHCP."
+				return NewError(http.StatusBadRequest, m)
+			}
 		}
-		if ns.Interface != ni.Name || ns.IPv4Address != addr || ns.IPv4Gateway != gw {
+		switch {
+		case dhcp:
+			// The lease replaces the static address.
+			addr, gw = netip.Prefix{}, netip.Addr{}
+		case !addr.IsValid():
+			m := M("Base.PropertyValueConflict", "DHCPv4/DHCPEnabled", "IPv4StaticAddresses").WithRelated("DHCPv4/DHCPEnabled")
+			m.Resolution = "Give the interface a static address in IPv4StaticAddresses in the same request: with neither DHCP nor a static address the box is unreachable after the next boot."
+			return NewError(http.StatusBadRequest, m)
+		}
+		if ns.Interface != ni.Name || ns.IPv4Address != addr || ns.IPv4Gateway != gw || ns.DHCPv4 != dhcp {
 			addressChanged = true
 		}
 		// The image configures one interface: this one from now on.
-		ns.Interface, ns.IPv4Address, ns.IPv4Gateway = ni.Name, addr, gw
+		ns.Interface, ns.DHCPv4, ns.IPv4Address, ns.IPv4Gateway = ni.Name, dhcp, addr, gw
 		return nil
 	})
 	if err != nil {
@@ -325,10 +348,10 @@ func (s *Server) patchEthernet(c echo.Context) error {
 // list (at most one address, with the default gateway): by Redfish array
 // rules an element {} keeps the current one, null removes it, and an
 // object's properties replace the current ones, [] clears the list. The
-// result must be one
-// address: the image has no DHCP client, and an interface with no
-// address would leave the box unreachable after the next boot.
-func mergeIPv4Static(patch []*ipv4StaticPatch, current []netip.Prefix, gw netip.Addr) (netip.Prefix, netip.Addr, error) {
+// result must be one address, or none (an invalid prefix) when dhcp: an
+// interface with neither would leave the box unreachable after the next
+// boot.
+func mergeIPv4Static(patch []*ipv4StaticPatch, current []netip.Prefix, gw netip.Addr, dhcp bool) (netip.Prefix, netip.Addr, error) {
 	const prop = "IPv4StaticAddresses"
 	type entry struct {
 		addr, mask, gw string
@@ -368,9 +391,12 @@ func mergeIPv4Static(patch []*ipv4StaticPatch, current []netip.Prefix, gw netip.
 	for i := len(patch); len(patch) > 0 && i < len(current); i++ {
 		list = append(list, entry{current[i].Addr().String(), subnetMask(current[i].Bits()), gw.String()})
 	}
+	if len(list) < 1 && dhcp {
+		return netip.Prefix{}, netip.Addr{}, nil
+	}
 	if len(list) < 1 {
 		m := M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop)
-		m.Resolution = "The cxlpool image has no DHCP client: keep one static address, or the box is unreachable after the next boot."
+		m.Resolution = "Keep one static address, or set DHCPv4/DHCPEnabled to true in the same request: with neither the box is unreachable after the next boot."
 		return netip.Prefix{}, netip.Addr{}, NewError(http.StatusBadRequest, m)
 	}
 	if len(list) > 1 {

@@ -299,7 +299,15 @@ func TestEthernetPatch(t *testing.T) {
 		{"host name with a domain", eth0, map[string]any{"HostName": "pool.example.com"}, 400, "PropertyValueFormatError", start, false},
 		{"host name empty", eth0, map[string]any{"HostName": ""}, 400, "PropertyValueFormatError", start, false},
 		{"fqdn", eth0, map[string]any{"FQDN": "a.b"}, 400, "PropertyNotWritable", start, false},
-		{"dhcp on", eth0, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": true}}, 400, "PropertyValueIncorrect", start, false},
+		{"dhcp on", eth0, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": true}}, 200, "",
+			api.NetworkSettings{Interface: "eth0", DHCPv4: true}, true},
+		{"dhcp on, static cleared", eth0, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": true}, "IPv4StaticAddresses": []any{}}, 200, "",
+			api.NetworkSettings{Interface: "eth0", DHCPv4: true}, true},
+		{"dhcp on with a static address", eth0, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": true},
+			"IPv4StaticAddresses": []any{addr("10.0.2.16", "255.255.255.0", "-")}}, 400, "PropertyValueConflict", start, false},
+		{"dhcp on another interface", eth1, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": true}}, 200, "",
+			api.NetworkSettings{Interface: "eth1", DHCPv4: true}, true},
+		{"dhcp off on an unconfigured interface", eth1, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": false}}, 400, "PropertyValueConflict", start, false},
 		{"dhcp off", eth0, map[string]any{"DHCPv4": map[string]any{"DHCPEnabled": false}}, 200, "", start, false},
 		{"dhcp option", eth0, map[string]any{"DHCPv4": map[string]any{"UseNTPServers": true}}, 400, "PropertyUnknown", start, false},
 		{"new address", eth0, static(addr("192.168.1.50", "255.255.255.0", "192.168.1.1")), 200, "",
@@ -341,6 +349,63 @@ func TestEthernetPatch(t *testing.T) {
 				return
 			}
 			apitest.Validate(t, r.Body)
+			if got := slices.Contains(sessionMessages(t, r), "Base.1.22.ResetRequired"); got != tc.reset {
+				t.Errorf("ResetRequired in the answer: got %v, want %v", got, tc.reset)
+			}
+		})
+	}
+}
+
+// TestEthernetDHCP: from a box on DHCP, the lease's address shows its
+// origin; a static address needs DHCP off in the same request, and DHCP
+// goes off only with a static address to take its place.
+func TestEthernetDHCP(t *testing.T) {
+	start := api.NetworkSettings{Interface: "eth0", DHCPv4: true}
+	nw := &fakeNetwork{s: start}
+	env := networkEnv(t, nw)
+	eth0 := ethURI + "/eth0"
+	got := env.Admin.GetOK(eth0)
+	apitest.Validate(t, mustJSON(t, got))
+	if diff := cmp.Diff(map[string]any{"DHCPEnabled": true}, got["DHCPv4"]); diff != "" {
+		t.Errorf("DHCPv4 (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(map[string]any{"Address": "10.0.2.15", "SubnetMask": "255.255.255.0", "AddressOrigin": "DHCP"},
+		got["IPv4Addresses"].([]any)[0]); diff != "" {
+		t.Errorf("leased address (-want +got):\n%s", diff)
+	}
+	if n := len(got["IPv4StaticAddresses"].([]any)); n != 0 {
+		t.Errorf("IPv4StaticAddresses under DHCP: got %d, want none", n)
+	}
+	static := []any{map[string]any{"Address": "192.168.1.50", "SubnetMask": "255.255.255.0", "Gateway": "192.168.1.1"}}
+	off := map[string]any{"DHCPEnabled": false}
+	for _, tc := range []struct {
+		name   string
+		body   any
+		status int
+		msg    string
+		want   api.NetworkSettings
+		reset  bool
+	}{
+		{"static while on", map[string]any{"IPv4StaticAddresses": static}, 400, "PropertyValueConflict", start, false},
+		{"off without an address", map[string]any{"DHCPv4": off}, 400, "PropertyValueConflict", start, false},
+		{"off and cleared", map[string]any{"DHCPv4": off, "IPv4StaticAddresses": []any{}}, 400, "ArraySizeTooShort", start, false},
+		{"keep it on", map[string]any{"IPv4StaticAddresses": []any{}}, 200, "", start, false},
+		{"off with an address", map[string]any{"DHCPv4": off, "IPv4StaticAddresses": static}, 200, "",
+			api.NetworkSettings{Interface: "eth0", IPv4Address: netip.MustParsePrefix("192.168.1.50/24"), IPv4Gateway: netip.MustParseAddr("192.168.1.1")}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			nw.mu.Lock()
+			nw.s = start
+			nw.mu.Unlock()
+			r := env.Admin.Patch(eth0, tc.body)
+			wantStatus(t, tc.name, r, tc.status, tc.msg)
+			if diff := cmp.Diff(tc.want, nw.settings(), cmp.Comparer(func(a, b netip.Prefix) bool { return a == b }),
+				cmp.Comparer(func(a, b netip.Addr) bool { return a == b })); diff != "" {
+				t.Errorf("stored settings (-want +got):\n%s", diff)
+			}
+			if r.Status != http.StatusOK {
+				return
+			}
 			if got := slices.Contains(sessionMessages(t, r), "Base.1.22.ResetRequired"); got != tc.reset {
 				t.Errorf("ResetRequired in the answer: got %v, want %v", got, tc.reset)
 			}

@@ -61,10 +61,11 @@ type NetworkSettings struct {
 	// NTPEnabled turns time synchronisation with NTPServers on.
 	NTPEnabled bool
 	NTPServers []string
-	// Interface is the one interface the image configures, with the
-	// static IPv4Address (invalid: the interface is left alone) and the
-	// default route via IPv4Gateway (invalid: none).
+	// Interface is the one interface the image configures: by DHCP
+	// (DHCPv4) or with the static IPv4Address (invalid: the interface is
+	// left alone) and the default route via IPv4Gateway (invalid: none).
 	Interface   string
+	DHCPv4      bool
 	IPv4Address netip.Prefix
 	IPv4Gateway netip.Addr
 }

@@ -26,8 +26,9 @@ type confNetwork struct {
 	setHostname func(string) error
 	// ntpChanged wakes the time synchronisation after a change.
 	ntpChanged func()
-	// resolvConf is the resolver's configuration: without it NTP
-	// servers can only be given by address.
+	// resolvConf is the resolver's configuration, which boxinit writes
+	// from the DHCP lease or net.dns: without any of them NTP servers can
+	// only be given by address.
 	resolvConf string
 	log        *slog.Logger
 
@@ -42,7 +43,7 @@ func (n *confNetwork) load() (guest.Config, error) {
 
 func settingsOf(c guest.Config) api.NetworkSettings {
 	s := api.NetworkSettings{HostName: c.HostName, NTPEnabled: c.NTPEnabled,
-		NTPServers: slices.Clone(c.NTPServers), Interface: c.NetIface}
+		NTPServers: slices.Clone(c.NTPServers), Interface: c.NetIface, DHCPv4: c.NetDHCP}
 	if p, err := netip.ParsePrefix(c.NetAddress); err == nil {
 		s.IPv4Address = p
 	}
@@ -79,12 +80,13 @@ func (n *confNetwork) UpdateNetworkSettings(update func(*api.NetworkSettings) er
 	if err := update(&s); err != nil {
 		return err
 	}
-	if _, err := os.Stat(n.resolvConf); err != nil && !slices.Equal(s.NTPServers, old.NTPServers) {
+	_, noResolver := os.Stat(n.resolvConf)
+	if noResolver != nil && !s.DHCPv4 && len(c.NameServers) == 0 && !slices.Equal(s.NTPServers, old.NTPServers) {
 		for i, srv := range s.NTPServers {
 			if _, err := netip.ParseAddr(srv); err != nil {
 				prop := "NTP/NTPServers/" + strconv.Itoa(i)
 				m := api.M("Base.PropertyValueIncorrect", prop, srv).WithRelated(prop)
-				m.Resolution = "This box has no DNS resolver configured: give NTP servers by IP address."
+				m.Resolution = "This box has no DNS resolver configured (no DHCP lease, no net.dns name servers): give NTP servers by IP address."
 				return api.NewError(http.StatusBadRequest, m)
 			}
 		}
@@ -101,6 +103,9 @@ func (n *confNetwork) UpdateNetworkSettings(update func(*api.NetworkSettings) er
 	}
 	if s.Interface != old.Interface {
 		set["net.iface"] = s.Interface
+	}
+	if s.DHCPv4 != old.DHCPv4 {
+		set["net.dhcp"] = strconv.FormatBool(s.DHCPv4)
 	}
 	if s.IPv4Address != old.IPv4Address {
 		set["net.address"] = ""

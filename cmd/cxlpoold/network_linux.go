@@ -11,7 +11,6 @@ import (
 	"cxlpool/api"
 	"cxlpool/image/guest"
 	"cxlpool/image/update"
-	"cxlpool/internal/sntp"
 )
 
 // imageNetwork is the network and time settings hook when running from
@@ -25,14 +24,10 @@ func imageNetwork(ctx context.Context, log *slog.Logger) api.NetworkConfig {
 	}
 	log = log.With("component", "network")
 	n := &confNetwork{defaults: guest.ConfigPath, data: filepath.Join(guest.DataMount, guest.DataConfig),
-		cmdline: update.CmdlinePath, resolvConf: "/etc/resolv.conf", setHostname: func(h string) error { return unix.Sethostname([]byte(h)) }, log: log}
-	ts := &sntp.Syncer{
-		Settings: n.ntpSettings,
-		Step:     func(d time.Duration) error { return setClock(ctx, time.Now().Add(d)) },
-		Log:      log,
-	}
+		cmdline: update.CmdlinePath, resolvConf: guest.ResolvConf, setHostname: func(h string) error { return unix.Sethostname([]byte(h)) }, log: log}
+	ts := newClockSync(n.ntpSettings, func(d time.Duration) error { return setClock(ctx, time.Now().Add(d)) }, log)
 	n.ntpChanged = ts.Wake
 	n.applyHostname()
-	go ts.Run(ctx)
+	go ts.run(ctx)
 	return n
 }

@@ -64,8 +64,7 @@ func TestConfNetwork(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := api.NetworkSettings{HostName: "box-1", Interface: "eth0",
-		IPv4Address: netip.MustParsePrefix("10.0.2.15/24"), IPv4Gateway: netip.MustParseAddr("10.0.2.2")}
+	want := api.NetworkSettings{HostName: "box-1", Interface: "eth0", DHCPv4: true}
 	if diff := cmp.Diff(want, got, cmpNet); diff != "" {
 		t.Errorf("settings from the image's defaults (-want +got):\n%s", diff)
 	}
@@ -91,14 +90,14 @@ func TestConfNetwork(t *testing.T) {
 	// Host name and address: stored in the data partition's file; the
 	// host name is set now, the address waits for the init at boot.
 	if err := tn.UpdateNetworkSettings(func(s *api.NetworkSettings) error {
-		s.HostName, s.Interface = "pool-7", "enp3s0"
+		s.HostName, s.Interface, s.DHCPv4 = "pool-7", "enp3s0", false
 		s.IPv4Address, s.IPv4Gateway = netip.MustParsePrefix("192.168.1.50/24"), netip.Addr{}
 		return nil
 	}); err != nil {
 		t.Fatal(err)
 	}
 	wantFile := guest.DataConfigTemplate + "net.hostname = pool-7\nntp.enabled = true\nntp.servers = 10.0.0.1 pool.ntp.org\n" +
-		"net.address = 192.168.1.50/24\nnet.gateway = \nnet.iface = enp3s0\n"
+		"net.address = 192.168.1.50/24\nnet.dhcp = false\nnet.iface = enp3s0\n"
 	if diff := cmp.Diff(wantFile, tn.file(t)); diff != "" {
 		t.Errorf("cxlpool.conf (-want +got):\n%s", diff)
 	}
@@ -110,8 +109,8 @@ func TestConfNetwork(t *testing.T) {
 	if err := c.LoadLayers(tn.defaults, tn.data, tn.cmdline); err != nil {
 		t.Fatal(err)
 	}
-	if c.NetIface != "enp3s0" || c.NetAddress != "192.168.1.50/24" || c.NetGateway != "" || c.HostName != "pool-7" {
-		t.Errorf("init's view: iface %q address %q gateway %q host %q", c.NetIface, c.NetAddress, c.NetGateway, c.HostName)
+	if c.NetIface != "enp3s0" || c.NetDHCP || c.NetAddress != "192.168.1.50/24" || c.NetGateway != "" || c.HostName != "pool-7" {
+		t.Errorf("init's view: iface %q dhcp %v address %q gateway %q host %q", c.NetIface, c.NetDHCP, c.NetAddress, c.NetGateway, c.HostName)
 	}
 
 	// A refused update changes nothing.
@@ -139,6 +138,13 @@ func TestConfNetwork(t *testing.T) {
 	}
 	if err := tn.UpdateNetworkSettings(func(s *api.NetworkSettings) error { s.NTPServers = []string{"10.0.0.2"}; return nil }); err != nil {
 		t.Errorf("NTP server address without a resolver: %v", err)
+	}
+	// A box on DHCP gets its resolver with the lease (at the next boot).
+	if err := tn.UpdateNetworkSettings(func(s *api.NetworkSettings) error {
+		s.DHCPv4, s.NTPServers = true, []string{"ntp.example"}
+		return nil
+	}); err != nil {
+		t.Errorf("NTP server name with DHCP on: %v", err)
 	}
 }
 

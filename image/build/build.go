@@ -450,12 +450,23 @@ func stageModules(kver string, want []string, root string) ([]string, error) {
 		for _, d := range e.Deps {
 			ds = append(ds, deps[d].Path)
 		}
-		fmt.Fprintf(&dep, "%s: %s\n", e.Path, strings.Join(ds, " "))
+		dep.WriteString(ModulesDepLine(e.Path, ds))
 	}
 	if err := os.WriteFile(filepath.Join(dst, "modules.dep"), []byte(dep.String()), 0o644); err != nil {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 	return order, nil
+}
+
+// ModulesDepLine is one modules.dep line in depmod's format: "path:"
+// alone for a module without dependencies. u-root's kmodule, which
+// boxinit loads the modules with, reads the space of "path: " as a
+// dependency named "" that no module has.
+func ModulesDepLine(path string, deps []string) string {
+	if len(deps) == 0 {
+		return path + ":\n"
+	}
+	return path + ": " + strings.Join(deps, " ") + "\n"
 }
 
 // Module is one modules.dep line.

@@ -20,6 +20,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/u-root/u-root/pkg/kmodule"
+
 	"cxlpool/fabric/linuxcxl"
 	"cxlpool/image/disk"
 	"cxlpool/image/update"
@@ -41,6 +43,9 @@ type Init struct {
 	// daemonUp starts what waits for the daemon to answer: the modules
 	// it does not need and the console shell.
 	daemonUp func()
+	// probe loads a kernel module and its dependencies (u-root's
+	// kmodule.Prober, shared by every stage so each module loads once).
+	probe func(name string) error
 }
 
 func (in *Init) printf(format string, args ...any) {
@@ -105,6 +110,11 @@ func (in *Init) Main(ctx context.Context) error {
 		return nil
 	}
 	in.printf("init at %.2fs", uptime().Seconds())
+	if p, err := kmodule.NewProber(kmodule.ProbeOpts{}); err != nil {
+		in.printf("modules: %v", err)
+	} else {
+		in.probe = func(name string) error { return p.Probe(name, "") }
+	}
 	// The daemon starts now and waits at its gate until the data
 	// partition is mounted (see StartDaemon). It runs with the settings
 	// known so far; if the data partition's change its arguments, it is
@@ -115,10 +125,9 @@ func (in *Init) Main(ctx context.Context) error {
 	}
 	// The disk, network and device link come first; the daemon does not
 	// wait for the rest (CXL memory devices, USB serial, other NICs).
-	mods := "/lib/modules/" + kernelRelease()
 	stage := func(st int) func(string) bool { return func(name string) bool { return ModuleStage(name) == st } }
-	usb := in.startUSBLink(ctx, cfg, mods)
-	in.loadModules(ModulesList, mods, "early", stage(StageEarly))
+	usb := in.startUSBLink(ctx, cfg)
+	in.loadModules(ModulesList, "early", stage(StageEarly))
 	// What the daemon's start does not need waits until the daemon
 	// answers (or a while): the other modules, whose probing would
 	// compete with that start for the CPU under emulation, and the
@@ -136,7 +145,7 @@ func (in *Init) Main(ctx context.Context) error {
 	}
 	go func() {
 		if afterStart(30 * time.Second) {
-			in.loadModules(ModulesList, mods, "late", stage(StageLate))
+			in.loadModules(ModulesList, "late", stage(StageLate))
 			in.reportCXL()
 		}
 	}()
@@ -146,10 +155,19 @@ func (in *Init) Main(ctx context.Context) error {
 		}
 	}()
 	// The daemon binds the wildcard address: it need not wait for the
-	// interface's configuration.
+	// interface's configuration. The network's settings are the owner's
+	// (net.* in the data partition's cxlpool.conf): it is configured
+	// once that is read.
+	netCfg := make(chan Config, 1)
 	go func() {
-		in.loadModules(ModulesList, mods, "network", stage(StageNet))
-		if err := in.network(ctx, cfg); err != nil {
+		in.loadModules(ModulesList, "network", stage(StageNet))
+		var c Config
+		select {
+		case c = <-netCfg:
+		case <-ctx.Done():
+			return
+		}
+		if err := in.network(ctx, c); err != nil && ctx.Err() == nil {
 			in.printf("network: %v", err)
 		}
 	}()
@@ -162,12 +180,13 @@ func (in *Init) Main(ctx context.Context) error {
 	} else {
 		in.printf("configuration: %v", err)
 	}
+	netCfg <- cfg
 	if strings.HasPrefix(cfg.Device, "virtio:") {
 		if err := waitVirtioPort(ctx, strings.TrimPrefix(cfg.Device, "virtio:"), 10*time.Second); err != nil {
 			in.printf("device link: %v", err)
 		}
 	}
-	if usb = usb.forDevice(ctx, in, cfg, mods); usb != nil {
+	if usb = usb.forDevice(ctx, in, cfg); usb != nil {
 		if err := <-usb.done; err != nil {
 			in.printf("device link: %v", err)
 		}
@@ -215,14 +234,6 @@ func (in *Init) shell(ctx context.Context) {
 	}
 }
 
-func kernelRelease() string {
-	var u unix.Utsname
-	if err := unix.Uname(&u); err != nil {
-		return ""
-	}
-	return unix.ByteSliceToString(u.Release[:])
-}
-
 // Module stages: what the daemon needs before it starts (the virtio disk
 // and console, ext4 and the crc32c it asks the crypto API for), the NICs
 // (loaded while the daemon starts: it binds the wildcard address), and
@@ -247,39 +258,36 @@ func ModuleStage(name string) int {
 	return StageLate
 }
 
-// loadModules loads one stage's modules (see LoadConcurrently) and says
+// loadModules loads one stage's modules (see ProbeConcurrently) and says
 // how it went on the console.
-func (in *Init) loadModules(list, dir, stage string, want func(name string) bool) {
+func (in *Init) loadModules(list, stage string, want func(name string) bool) {
 	start := time.Now()
-	mods, err := ReadModules(list, dir, want)
+	names, err := ReadModuleList(list, want)
 	if err != nil {
 		in.printf("modules: %v", err)
 	}
-	res := LoadConcurrently(mods, runtime.NumCPU(), finitModule)
-	line, errs := ModuleSummary(res, time.Since(start))
+	probe := in.probe
+	if probe == nil {
+		probe = func(string) error { return errNoProber }
+	}
+	line, errs := ModuleSummary(ProbeConcurrently(names, runtime.NumCPU(), probe), time.Since(start))
 	for _, e := range errs {
 		in.printf("module: %v", e)
 	}
 	in.printf("%s: %s", stage, line)
 }
 
-// finitModule loads one module file into the kernel.
-func finitModule(m Module) error {
-	f, err := os.Open(m.Path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	err = unix.FinitModule(int(f.Fd()), "", 0)
-	if errors.Is(err, unix.EEXIST) {
-		return errAlreadyLoaded
-	}
-	return err
-}
-
-// network configures the interface.
+// network configures the interface: by DHCP (net.dhcp; it then keeps
+// the lease for the box's life) or with the static address, and the
+// resolver.
 func (in *Init) network(ctx context.Context, cfg Config) error {
-	if cfg.NetAddress == "" || cfg.NetIface == "" {
+	if cfg.NetIface == "" {
+		return nil
+	}
+	if cfg.NetDHCP {
+		return in.dhcp(ctx, cfg)
+	}
+	if cfg.NetAddress == "" {
 		return nil
 	}
 	if err := waitPath(ctx, "/sys/class/net/"+cfg.NetIface, 10*time.Second); err != nil {
@@ -289,7 +297,7 @@ func (in *Init) network(ctx context.Context, cfg Config) error {
 		return err
 	}
 	in.printf("network: %s %s via %s", cfg.NetIface, cfg.NetAddress, cfg.NetGateway)
-	return nil
+	return in.writeResolver(ResolvConf, cfg.NameServers, nil, nil, "")
 }
 
 // waitPath polls until path exists: devices appear asynchronously after

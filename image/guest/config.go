@@ -21,6 +21,7 @@ import (
 	"bufio"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"strconv"
 	"strings"
@@ -38,8 +39,7 @@ data = /data/cxlpool
 log-level = info
 disk = /dev/vda
 net.iface = eth0
-net.address = 10.0.2.15/24
-net.gateway = 10.0.2.2
+net.dhcp = true
 health.timeout = 180s
 data.sync = false
 daemon.env = GOGC=400
@@ -50,8 +50,11 @@ daemon.env = GOGC=400
 const DataConfigTemplate = `# cxlpool settings for this box; they override /etc/cxlpool/boxinit.conf.
 # device = tty:/dev/ttyUSB0?baud=115200
 # listen = 0.0.0.0:8443
+# net.dhcp = true             (DHCPv4 lease, renewed; false: the static address below)
+# net.dhcpv6 = false
 # net.address = 192.168.1.50/24
 # net.gateway = 192.168.1.1
+# net.dns = 192.168.1.1        (name servers; they replace the lease's)
 # net.hostname = cxlpool-1
 # ntp.enabled = true
 # ntp.servers = 192.168.1.1 pool.ntp.org
@@ -67,8 +70,11 @@ type Config struct {
 	LogLevel      string        // daemon log level
 	Disk          string        // the box disk (GPT, image/disk)
 	NetIface      string        // interface to configure
-	NetAddress    string        // CIDR; empty: leave the interface alone
+	NetDHCP       bool          // net.dhcp: take a DHCPv4 lease (the static address is then not used)
+	NetDHCPv6     bool          // net.dhcpv6: take a DHCPv6 lease too
+	NetAddress    string        // CIDR; empty: leave the interface alone (without DHCP)
 	NetGateway    string        // default route; empty: none
+	NameServers   []string      // net.dns: name servers for /etc/resolv.conf, space-separated IP addresses; they replace the lease's
 	HealthTimeout time.Duration // how long the daemon may take to answer
 	AdminPassword string        // first start's admin password
 	Slot          string        // booted slot (from the boot loader)
@@ -105,6 +111,19 @@ func (c *Config) Apply(key, value string) error {
 		c.NetAddress = value
 	case "net.gateway":
 		c.NetGateway = value
+	case "net.dhcp":
+		c.NetDHCP, err = strconv.ParseBool(value)
+	case "net.dhcpv6":
+		c.NetDHCPv6, err = strconv.ParseBool(value)
+	case "net.dns":
+		c.NameServers = nil
+		for _, a := range strings.Fields(value) {
+			if _, perr := netip.ParseAddr(a); perr != nil {
+				err = fmt.Errorf("%q is not an IP address", a)
+				break
+			}
+			c.NameServers = append(c.NameServers, a)
+		}
 	case "health.timeout":
 		c.HealthTimeout, err = time.ParseDuration(value)
 	case "admin-password":

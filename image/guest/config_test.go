@@ -21,7 +21,7 @@ func TestConfigLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Device: "tty:/dev/ttyUSB0?baud=115200", Listen: "0.0.0.0:8443", HTTP: true, Data: "/data/cxlpool",
-		LogLevel: "info", Disk: "/dev/vda", NetIface: "eth0", NetAddress: "192.168.1.50/24", NetGateway: "10.0.2.2",
+		LogLevel: "info", Disk: "/dev/vda", NetIface: "eth0", NetDHCP: true, NetAddress: "192.168.1.50/24",
 		HealthTimeout: 180 * time.Second, DataSync: false, Env: []string{"GOGC=400"}, AdminPassword: "s3cret-Passw0rd", Slot: "b", Extra: []string{"--sim-heads=4"}}
 	if diff := cmp.Diff(want, c); diff != "" {
 		t.Errorf("config (-want +got):\n%s", diff)
@@ -39,6 +39,7 @@ func TestConfigErrors(t *testing.T) {
 		{"no equals", "device\n", ""},
 		{"bad bool", "http = maybe\n", ""},
 		{"bad duration", "health.timeout = soon\n", ""},
+		{"name server by name", "net.dns = 10.0.0.1 dns.example\n", ""},
 		{"unknown cmdline key", "", "cxlpool.nope=1"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

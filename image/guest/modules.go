@@ -4,131 +4,65 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 )
 
-// Module is one kernel module to load: its name, its file and the modules
-// it needs first.
-type Module struct {
-	Name string
-	Path string
-	Deps []string
-}
+// Kernel modules load through u-root's kmodule: its Prober reads
+// modules.dep (the build trims it to the image's modules), marks what
+// modules.builtin and /proc/modules say is there, and loads a module's
+// dependencies first, side by side and each once, however many probes
+// ask for it at the same time (compressed .ko.xz/.ko.zst/.ko.gz too). On
+// top of it ProbeConcurrently starts the probes of a stage at most
+// parallel at a time, in the list's order: under emulation a module's
+// load is mostly CPU, and the kernel links and initialises independent
+// modules side by side.
 
-// ModuleResult is how loading one module went. Err is nil for a module
-// that loaded or was already there (Present).
+// ModuleResult is how probing one module (and its dependencies) went.
 type ModuleResult struct {
-	Name    string
-	Present bool
-	Took    time.Duration
-	Err     error
+	Name string
+	Took time.Duration
+	Err  error
 }
 
-// errAlreadyLoaded is what a load function returns for a module the kernel
-// already has.
-var errAlreadyLoaded = errors.New("already loaded")
-
-// moduleName is the kernel's name for a module file: dashes become
-// underscores, the directory and ".ko" go.
-func moduleName(path string) string {
-	return strings.ReplaceAll(strings.TrimSuffix(filepath.Base(path), ".ko"), "-", "_")
-}
-
-// ReadModules reads the image's load list (one module name per line,
-// dependencies first, as the build wrote it) and dir/modules.dep, and
-// returns the modules for which want is true, in list order, with their
-// files under dir and their dependencies.
-func ReadModules(list, dir string, want func(name string) bool) ([]Module, error) {
+// ReadModuleList reads the image's load list (one module name per line,
+// dependencies first, as the build wrote it) and returns the names for
+// which want is true, in list order.
+func ReadModuleList(list string, want func(name string) bool) ([]string, error) {
 	b, err := os.ReadFile(list)
 	if err != nil {
 		return nil, err
 	}
-	dep, err := os.ReadFile(filepath.Join(dir, "modules.dep"))
-	if err != nil {
-		return nil, err
-	}
-	byName := map[string]Module{}
-	for _, line := range strings.Split(string(dep), "\n") {
-		p, rest, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		m := Module{Name: moduleName(p), Path: filepath.Join(dir, p)}
-		for _, d := range strings.Fields(rest) {
-			m.Deps = append(m.Deps, moduleName(d))
-		}
-		byName[m.Name] = m
-	}
-	var mods []Module
-	var errs []error
+	var names []string
 	for _, name := range strings.Fields(string(b)) {
-		if !want(name) {
-			continue
+		if want(name) {
+			names = append(names, name)
 		}
-		m, ok := byName[name]
-		if !ok {
-			errs = append(errs, fmt.Errorf("%s: not in modules.dep", name))
-			continue
-		}
-		mods = append(mods, m)
 	}
-	return mods, errors.Join(errs...)
+	return names, nil
 }
 
-// LoadConcurrently loads mods with load, each as soon as the modules it
-// depends on among mods have loaded (dependencies outside mods must be
-// loaded already), at most parallel at a time: the kernel links and
-// initialises independent modules side by side, and under emulation a
-// module's load is mostly CPU. A module whose dependency failed is not
-// tried. The results are in the order of mods.
-func LoadConcurrently(mods []Module, parallel int, load func(Module) error) []ModuleResult {
+// ProbeConcurrently calls probe for each name, starting them in order, at
+// most parallel at a time (a probe that finds a dependency loading
+// elsewhere waits for it; one that must load it itself does so inside
+// its turn). The results are in the order of names.
+func ProbeConcurrently(names []string, parallel int, probe func(name string) error) []ModuleResult {
 	parallel = max(parallel, 1)
-	res := make([]ModuleResult, len(mods))
-	done := map[string]chan struct{}{}
-	for _, m := range mods {
-		done[m.Name] = make(chan struct{})
-	}
-	failed := make([]bool, len(mods))
-	index := map[string]int{}
-	for i, m := range mods {
-		index[m.Name] = i
-	}
+	res := make([]ModuleResult, len(names))
 	slots := make(chan struct{}, parallel)
 	var wg sync.WaitGroup
-	for i, m := range mods {
+	for i, name := range names {
+		slots <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			defer close(done[m.Name])
-			res[i].Name = m.Name
-			for _, d := range m.Deps {
-				ch, ok := done[d]
-				if !ok {
-					continue
-				}
-				<-ch
-				// failed[j] was written before done[d] closed.
-				if failed[index[d]] {
-					res[i].Err = fmt.Errorf("%s: needs %s, which did not load", m.Name, d)
-					failed[i] = true
-					return
-				}
-			}
-			slots <- struct{}{}
+			defer func() { <-slots }()
 			start := time.Now()
-			err := load(m)
-			res[i].Took = time.Since(start)
-			<-slots
-			switch {
-			case err == nil:
-			case errors.Is(err, errAlreadyLoaded):
-				res[i].Present = true
-			default:
-				res[i].Err = fmt.Errorf("%s: %w", m.Name, err)
-				failed[i] = true
+			err := probe(name)
+			res[i] = ModuleResult{Name: name, Took: time.Since(start)}
+			if err != nil {
+				res[i].Err = fmt.Errorf("%s: %w", name, err)
 			}
 		}()
 	}
@@ -136,8 +70,9 @@ func LoadConcurrently(mods []Module, parallel int, load func(Module) error) []Mo
 	return res
 }
 
-// ModuleSummary says how a load went in one line: how many modules
-// loaded, how long it took and which one took longest.
+// ModuleSummary says how a stage went in one line: how many modules are
+// in, how long it took and which probe took longest (dependencies
+// included).
 func ModuleSummary(res []ModuleResult, took time.Duration) (string, []error) {
 	n := 0
 	var slow ModuleResult
@@ -147,9 +82,7 @@ func ModuleSummary(res []ModuleResult, took time.Duration) (string, []error) {
 			errs = append(errs, r.Err)
 			continue
 		}
-		if !r.Present {
-			n++
-		}
+		n++
 		if r.Took > slow.Took {
 			slow = r
 		}
@@ -160,3 +93,6 @@ func ModuleSummary(res []ModuleResult, took time.Duration) (string, []error) {
 	}
 	return s, errs
 }
+
+// errNoProber is a stage's error when the prober could not be made.
+var errNoProber = errors.New("no module prober")

@@ -1,11 +1,14 @@
 package guest
 
 import (
+	"net"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 )
 
@@ -47,5 +50,46 @@ func TestConfigureInterface(t *testing.T) {
 	}
 	if err := configureInterface("lo", "not-an-address", ""); err == nil {
 		t.Error("bad address: got nil error")
+	}
+}
+
+// TestWriteResolver: the owner's name servers (net.dns) replace the
+// lease's; without either no resolver file is written.
+func TestWriteResolver(t *testing.T) {
+	lease := []net.IP{net.ParseIP("10.0.2.3")}
+	for _, tc := range []struct {
+		name   string
+		static []string
+		lease  []net.IP
+		want   string // "" for no file
+	}{
+		{"lease", nil, lease, "domain lab.example\nnameserver 10.0.2.3\nsearch lab.example\n"},
+		{"net.dns wins", []string{"10.0.2.2", "2001:db8::53"}, lease, "domain lab.example\nnameserver 10.0.2.2\nnameserver 2001:db8::53\nsearch lab.example\n"},
+		{"none", nil, nil, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var console strings.Builder
+			path := filepath.Join(t.TempDir(), "resolv.conf")
+			in := &Init{Out: &console}
+			if err := in.writeResolver(path, tc.static, tc.lease, []string{"lab.example"}, "lab.example"); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(path)
+			if tc.want == "" {
+				if err == nil {
+					t.Errorf("got a resolver file %q, want none", b)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tc.want, string(b)); diff != "" {
+				t.Errorf("resolv.conf (-want +got):\n%s", diff)
+			}
+			if !strings.Contains(console.String(), "name servers") {
+				t.Errorf("console: got %q, want the name servers said", console.String())
+			}
+		})
 	}
 }

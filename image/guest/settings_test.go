@@ -102,14 +102,14 @@ func TestLoadLayers(t *testing.T) {
 		return p
 	}
 	defaults := write("boxinit.conf", DefaultConfig)
-	data := write("cxlpool.conf", "ntp.enabled = true\nntp.servers = a.example b.example\nnet.hostname = box\n")
+	data := write("cxlpool.conf", "ntp.enabled = true\nntp.servers = a.example b.example\nnet.hostname = box\nnet.dns = 10.0.0.53 2001:db8::53\n")
 	cmdline := write("cmdline", "console=ttyS0 cxlpool.slot=a cxlpool.net.hostname=override\n")
 	var c Config
 	if err := c.LoadLayers(defaults, data, cmdline); err != nil {
 		t.Fatal(err)
 	}
 	if !c.NTPEnabled || strings.Join(c.NTPServers, ",") != "a.example,b.example" || c.HostName != "override" ||
-		c.NetAddress != "10.0.2.15/24" || c.Slot != "a" {
+		!c.NetDHCP || c.NetAddress != "" || strings.Join(c.NameServers, ",") != "10.0.0.53,2001:db8::53" || c.Slot != "a" {
 		t.Errorf("layers: got %+v", c)
 	}
 	var none Config

@@ -3,7 +3,6 @@ package guest
 import (
 	"context"
 	"fmt"
-	"runtime"
 	"strings"
 	"time"
 
@@ -19,23 +18,23 @@ type usbStart struct {
 // startUSBLink starts usbLink when cfg's device link is a USB bridge, so
 // that the USB modules load and the bridge enumerates while the rest of
 // the box starts; nil otherwise.
-func (in *Init) startUSBLink(ctx context.Context, cfg Config, modDir string) *usbStart {
+func (in *Init) startUSBLink(ctx context.Context, cfg Config) *usbStart {
 	if !strings.HasPrefix(cfg.Device, "usb:") {
 		return nil
 	}
 	u := &usbStart{device: cfg.Device, done: make(chan error, 1)}
-	go func() { u.done <- in.usbLink(ctx, cfg, modDir) }()
+	go func() { u.done <- in.usbLink(ctx, cfg) }()
 	return u
 }
 
 // forDevice returns the start for cfg's device: u when it is for the
 // same address, a new one when the data partition's settings changed it
 // to another USB bridge, nil when the link is not USB.
-func (u *usbStart) forDevice(ctx context.Context, in *Init, cfg Config, modDir string) *usbStart {
+func (u *usbStart) forDevice(ctx context.Context, in *Init, cfg Config) *usbStart {
 	if u != nil && u.device == cfg.Device {
 		return u
 	}
-	return in.startUSBLink(ctx, cfg, modDir)
+	return in.startUSBLink(ctx, cfg)
 }
 
 // usbLink prepares a USB serial bridge as the device link (device =
@@ -45,7 +44,7 @@ func (u *usbStart) forDevice(ctx context.Context, in *Init, cfg Config, modDir s
 // it, so that the daemon's libusb claim detaches a settled ftdi_sio
 // instead of racing its probe. The daemon dials once at start and fails
 // if the bridge is missing.
-func (in *Init) usbLink(ctx context.Context, cfg Config, modDir string) error {
+func (in *Init) usbLink(ctx context.Context, cfg Config) error {
 	ucfg, err := usblink.ParseAddr(cfg.Device)
 	if err != nil {
 		return err
@@ -55,15 +54,7 @@ func (in *Init) usbLink(ctx context.Context, cfg Config, modDir string) error {
 		vid, pid = usblink.DefaultVID, usblink.DefaultPID
 	}
 	start := time.Now()
-	mods, err := ReadModules(ModulesList, modDir, USBModule)
-	if err != nil {
-		in.printf("modules: %v", err)
-	}
-	line, errs := ModuleSummary(LoadConcurrently(mods, runtime.NumCPU(), finitModule), time.Since(start))
-	for _, e := range errs {
-		in.printf("module: %v", e)
-	}
-	in.printf("usb: %s", line)
+	in.loadModules(ModulesList, "usb", USBModule)
 	ids := fmt.Sprintf("%04x:%04x", vid, pid)
 	deadline := time.Now().Add(10 * time.Second)
 	dev := ""

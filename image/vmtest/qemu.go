@@ -3,8 +3,9 @@
 // Type-3 memory device behind a CXL host bridge with two root ports, the
 // virtual box's device link carried from a cxlsim on the host over a
 // virtio-serial port (or, with Options.DeviceUSB, an emulated FTDI USB
-// serial adapter on xHCI), the disk on virtio-blk and user networking with the
-// API port forwarded. The boot loader's part (image/update SelectBoot:
+// serial adapter on xHCI), the disk on virtio-blk and user networking
+// (QEMU's DHCP server leases the guest 10.0.2.15) with the API port
+// forwarded. The boot loader's part (image/update SelectBoot:
 // pick the slot, verify it, extract its kernel and initramfs) runs on the
 // host before each QEMU start, as firmware would.
 //
@@ -46,6 +47,9 @@ type Options struct {
 	UpdateSocket string
 	// APIPort is the host port forwarded to the guest's 8443.
 	APIPort int
+	// RTCBase starts the guest's hardware clock at this UTC time
+	// ("2006-01-02T15:04:05"; "" for the host's time).
+	RTCBase string
 	// Log receives the console as it arrives (nil: kept only in memory).
 	Log io.Writer
 }
@@ -96,6 +100,9 @@ func Args(opt Options) []string {
 		} else {
 			args = append(args, "-device", "virtserialport,chardev=dev,name=cxlpool.mctp")
 		}
+	}
+	if opt.RTCBase != "" {
+		args = append(args, "-rtc", "base="+opt.RTCBase)
 	}
 	if opt.UpdateSocket != "" {
 		args = append(args, "-chardev", "socket,id=upd,path="+opt.UpdateSocket+",server=on,wait=off",

@@ -137,6 +137,12 @@ func startSim(t *testing.T, ctx context.Context, root, dir string) string {
 // boot runs the boot loader's step on disk and starts QEMU on its choice.
 func (e *env) boot(disk, name string) (*VM, update.Boot) {
 	e.t.Helper()
+	return e.bootWith(disk, name, nil)
+}
+
+// bootWith is boot with QEMU's options changed by opt.
+func (e *env) bootWith(disk, name string, opt func(*Options)) (*VM, update.Boot) {
+	e.t.Helper()
 	d, err := update.Open(disk)
 	if err != nil {
 		e.t.Fatal(err)
@@ -152,9 +158,13 @@ func (e *env) boot(disk, name string) (*VM, update.Boot) {
 		e.t.Logf("%s: boot loader: %s", name, n)
 	}
 	log, _ := os.Create(filepath.Join(e.dir, name+".console"))
-	vm, err := Start(Options{Dir: e.dir, Kernel: b.Kernel, Initrd: b.Initramfs, Disk: disk,
+	o := Options{Dir: e.dir, Kernel: b.Kernel, Initrd: b.Initramfs, Disk: disk,
 		Append: "cxlpool.slot=" + b.Slot, DeviceAddr: e.simAddr, APIPort: e.port,
-		UpdateSocket: filepath.Join(e.dir, "update.sock"), Log: log})
+		UpdateSocket: filepath.Join(e.dir, "update.sock"), Log: log}
+	if opt != nil {
+		opt(&o)
+	}
+	vm, err := Start(o)
 	if err != nil {
 		e.t.Fatal(err)
 	}
@@ -276,7 +286,7 @@ func tail(s string, n int) string {
 }
 
 // timelineRE picks the guest's boot milestones (stamped with its uptime).
-var timelineRE = regexp.MustCompile(`\[ *[0-9.]+\] (cxlpool: (init at|ready at|starting|daemon healthy|early:|data partition|random pool)[^\n]*|Run /init[^\n]*|time=\S+ level=INFO msg=started [^\n]*)`)
+var timelineRE = regexp.MustCompile(`\[ *[0-9.]+\] (cxlpool: (init at|ready at|starting|daemon healthy|early:|network:|data partition|random pool)[^\n]*|Run /init[^\n]*|time=\S+ level=INFO msg=started [^\n]*)`)
 
 var passwordRE = regexp.MustCompile(`initial Redfish account: user admin, password (\S+) `)
 
@@ -340,7 +350,12 @@ func TestVM(t *testing.T) {
 
 	disk := filepath.Join(e.dir, "disk.img")
 	copyFile(t, filepath.Join(e.img, "disk.img"), disk)
-	vm, b := e.boot(disk, "boot1")
+	// The first boot is on the management network as a vendor would
+	// plug it in: a DHCP lease (QEMU's), a name server and a named NTP
+	// server (the test's own, on the host's loopback), the clock an hour
+	// behind until NTP sets it.
+	mgmt := startMgmtNet(t)
+	vm, b := e.bootWith(disk, "boot1", mgmt.options)
 	if b.Slot != update.SlotA || b.Trial {
 		t.Fatalf("first boot: slot %s trial %v, want a", b.Slot, b.Trial)
 	}
@@ -375,6 +390,8 @@ func TestVM(t *testing.T) {
 		conn, _ := c.must(http.MethodGet, grant, nil, http.StatusOK)
 		t.Logf("Host0 granted 256 MiB: %s (%v)", grant, conn["Name"])
 	})
+
+	t.Run("network", func(t *testing.T) { mgmt.check(t, vm, c) })
 
 	t.Run("local-cxl", func(t *testing.T) {
 		m, _ := waitFor(vm, `local CXL (mem\d+): serial (0x[0-9a-f]+), firmware "([^"]*)", (\d+) MiB.*mailbox identify: firmware "([^"]*)", (\d+) MiB`, 0)

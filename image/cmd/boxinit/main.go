@@ -9,6 +9,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"syscall"
@@ -24,6 +25,9 @@ func main() {
 	if c, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
 		out = c
 	}
+	// u-root's dhclient logs each DHCP packet whole through the standard
+	// logger; boxinit says what matters on the console itself.
+	log.SetOutput(io.Discard)
 	err := (&guest.Init{Out: out}).Main(ctx)
 	stop()
 	if err != nil && ctx.Err() == nil {
