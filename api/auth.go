@@ -45,10 +45,10 @@ type session struct {
 	// accountUID binds the session to the account's identity
 	// (Account.UID), which no later account can have.
 	accountUID string
-	Created   time.Time
-	LastUsed  time.Time
-	Client    string
-	Context   string
+	Created    time.Time
+	LastUsed   time.Time
+	Client     string
+	Context    string
 }
 
 // lockKey is what failed sign-ins are counted against: one account from

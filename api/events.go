@@ -72,9 +72,9 @@ type bus struct {
 	s *Server
 
 	mu      sync.Mutex
-	first   int64   // ids of this run are above first
-	next    int64   // the last id given out
-	recent  []Event // the last replayLen events, oldest first, for Last-Event-ID
+	first   int64                 // ids of this run are above first
+	next    int64                 // the last id given out
+	recent  []Event               // the last replayLen events, oldest first, for Last-Event-ID
 	streams map[chan Event]string // SSE streams and their accounts' UIDs
 	pushers map[int64]*pusher
 }
