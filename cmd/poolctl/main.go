@@ -133,6 +133,7 @@ func commands() []command {
 	return []command{
 		{"login", "", "open a session and store its token for --server", cmdLogin},
 		{"logout", "", "end the stored session", cmdLogout},
+		{"passwd", "[--new-password-file FILE]", "change your own password", cmdPasswd},
 		{"status", "", "pool capacity (total, reserved, granted, free) and device health", cmdStatus},
 		{"hosts", "", "attached hosts: head, link, granted capacity, quota", cmdHosts},
 		{"quota", "HostN SIZE|none", "set a host's quota: later grants to it must fit (administrators, operators)", cmdQuota},
@@ -143,7 +144,7 @@ func commands() []command {
 		{"release", "CONNECTION | --chunk CHUNK [--free]", "take capacity back from hosts; --free also frees the chunk", cmdRelease},
 		{"free", "CHUNK", "return a chunk that no host uses to the pool", cmdFree},
 		{"watch", "[--count N]", "print events as they happen (Ctrl-C stops)", cmdWatch},
-		{"accounts", "[list | add NAME --role ROLE [--system HostN] | remove NAME]", "manage accounts (administrators)", cmdAccounts},
+		{"accounts", "[list | add NAME --role ROLE [--system HostN] [--temporary] | remove NAME | unlock NAME]", "manage accounts (administrators)", cmdAccounts},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 	}
 }
