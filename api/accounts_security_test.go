@@ -472,3 +472,57 @@ func TestPasswordPolicy(t *testing.T) {
 	wantStatus(t, "12 bytes", env.Admin.Post(accountsURI, map[string]any{"UserName": "pp2", "Password": "abcdefgh-123", "RoleId": "Operator"}),
 		http.StatusCreated, "")
 }
+
+// TestDefaultHostQuota (#13): with no quota of its own, a host account
+// cannot reserve the whole pool: the default is a fair share (pool over
+// heads), answered 409 naming the rule; administrators and operators set
+// the default on the pool's MemoryDomain, host accounts may not, and a
+// host's own quota overrides it.
+func TestDefaultHostQuota(t *testing.T) {
+	env := apitest.NewServer(t)
+	const domain = "/redfish/v1/Chassis/Pool/MemoryDomains/Pool"
+	d := env.Admin.GetOK(domain)
+	oem := d["Oem"].(map[string]any)["CxlPool"].(map[string]any)
+	total := int(d["MemorySizeMiB"].(float64))
+	share := int(oem["DefaultHostQuotaMiB"].(float64))
+	if oem["DefaultHostQuotaIsFairShare"] != true || share != total/8 {
+		t.Fatalf("default quota %v MiB (fair share %v), want %d (the pool over 8 heads)", share, oem["DefaultHostQuotaIsFairShare"], total/8)
+	}
+	r := env.Host0.Post(chunksURI, map[string]any{"MemoryChunkSizeMiB": total / 2, "AddressRangeType": "Volatile"})
+	wantStatus(t, "host reserves half the pool", r, http.StatusConflict, "CreateLimitReachedForResource")
+	if !strings.Contains(string(r.Body), "DefaultHostQuotaMiB") {
+		t.Errorf("the refusal does not name the default quota: %s", r.Body)
+	}
+	reserve(t, env.Host0, share, nil) // exactly its share
+	wantStatus(t, "one block more", env.Host0.Post(chunksURI, map[string]any{"MemoryChunkSizeMiB": blockMiB, "AddressRangeType": "Volatile"}),
+		http.StatusConflict, "CreateLimitReachedForResource")
+	// An administrator's grant to a host follows the same rule.
+	big := reserve(t, env.Admin, share, nil)
+	r = waitTask(t, env.Admin, startConnect(t, env.Admin, big, 1))
+	if r.Status != http.StatusCreated {
+		t.Fatalf("admin grants the fair share to Host1: %s", r)
+	}
+	more := reserve(t, env.Admin, blockMiB, nil)
+	wantStatus(t, "admin grants beyond Host1's default", env.Admin.Post(connectionsURI, connectBody(more, 1)),
+		http.StatusConflict, "CreateLimitReachedForResource")
+
+	body := func(n int) map[string]any {
+		return map[string]any{"Oem": map[string]any{"CxlPool": map[string]any{"DefaultHostQuotaMiB": n}}}
+	}
+	wantStatus(t, "host sets the default", env.Host0.Patch(domain, body(0)), http.StatusForbidden, "InsufficientPrivilege")
+	wantStatus(t, "negative", env.Admin.Patch(domain, body(-1)), http.StatusBadRequest, "PropertyValueOutOfRange")
+	wantStatus(t, "over the pool", env.Admin.Patch(domain, body(total+1)), http.StatusBadRequest, "PropertyValueOutOfRange")
+	wantStatus(t, "operator sets it", env.Operator.Patch(domain, body(share+blockMiB)), http.StatusOK, "")
+	oem = env.Admin.GetOK(domain)["Oem"].(map[string]any)["CxlPool"].(map[string]any)
+	if oem["DefaultHostQuotaMiB"] != float64(share+blockMiB) || oem["DefaultHostQuotaIsFairShare"] != false {
+		t.Errorf("after PATCH: %v MiB, fair share %v", oem["DefaultHostQuotaMiB"], oem["DefaultHostQuotaIsFairShare"])
+	}
+	reserve(t, env.Host0, blockMiB, nil) // room for one more block now
+	if q := env.Host0.GetOK(domain)["Oem"].(map[string]any)["CxlPool"].(map[string]any)["QuotaMiB"]; q != float64(share+blockMiB) {
+		t.Errorf("host's QuotaMiB = %v, want the default it is under (%d)", q, share+blockMiB)
+	}
+	// A host's own quota overrides the default.
+	wantStatus(t, "own quota", env.Admin.Patch(systemURI(0), map[string]any{"Oem": map[string]any{"CxlPool": map[string]any{"QuotaMiB": total / 2}}}),
+		http.StatusOK, "")
+	reserve(t, env.Host0, 4*blockMiB, nil)
+}

@@ -230,7 +230,8 @@ func (s *Server) postChunk(c echo.Context) error {
 		if err != nil {
 			return FromDomain(err, target)
 		}
-		if used := s.hostCommitted(v, h.ID); h.Quota > 0 && (rr.Size > h.Quota || used > h.Quota-rr.Size) {
+		quota := v.quota(h.ID) // its own, else the default: no host takes the pool by default
+		if used := s.hostCommitted(v, h.ID); quota > 0 && (rr.Size > quota || used > quota-rr.Size) {
 			return FromDomain(dcd.ErrQuotaExceeded, target)
 		}
 	}

@@ -313,6 +313,7 @@ func (s *Server) routes() []func() {
 		s.memoryRegionRoutes,
 		s.fabricAdapterRoutes,
 		s.memoryDomainRoutes,
+		s.defaultQuotaRoutes,
 		s.memoryChunkRoutes,
 		s.fabricRoutes,
 		s.endpointRoutes,

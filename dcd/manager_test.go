@@ -331,6 +331,10 @@ func TestAdmission(t *testing.T) {
 	if _, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: blk, Region: 9}); !errors.Is(err, dcd.ErrNotFound) {
 		t.Errorf("Reserve in region 9: got %v, want ErrNotFound", err)
 	}
+	// No default quota: this small box's fair share is below 2 GiB.
+	if err := s.m.SetDefaultHostQuota(ctx, 0); err != nil {
+		t.Fatal(err)
+	}
 	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: 2 * gib, Region: -1})
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
