@@ -412,6 +412,15 @@ func TestAttackLockoutFromOneSource(t *testing.T) {
 	if !found {
 		t.Errorf("the audit log has no lockout entry")
 	}
+	throttled := 0
+	for _, m := range audit["Members"].([]any) {
+		if msg, _ := m.(map[string]any)["Message"].(string); strings.Contains(msg, "the next attempt from there waits") {
+			throttled++
+		}
+	}
+	if throttled < 3 {
+		t.Errorf("the audit log has %d throttling entries, want one per delayed failure (3 or more)", throttled)
+	}
 	events := admin.GetOK("/redfish/v1/Managers/FM/LogServices/EventLog/Entries?$expand=.")
 	found = false
 	for _, m := range events["Members"].([]any) {
@@ -421,6 +430,15 @@ func TestAttackLockoutFromOneSource(t *testing.T) {
 	}
 	if !found {
 		t.Errorf("the event log has no lockout event")
+	}
+	throttled = 0
+	for _, m := range events["Members"].([]any) {
+		if id, _ := m.(map[string]any)["MessageId"].(string); strings.HasSuffix(id, "ResourceErrorsDetected") {
+			throttled++
+		}
+	}
+	if throttled != 1 {
+		t.Errorf("the event log has %d throttling events, want 1 (when the delays started)", throttled)
 	}
 
 	// Unlock (DMTF: PATCH Locked false) lets the address in again.

@@ -33,6 +33,9 @@ const (
 	// maxSignInDelay caps the growing wait between failed sign-ins of
 	// one account from one address.
 	maxSignInDelay = 30 * time.Second
+	// maxKeptUserName bounds the user names failures are counted under
+	// (longer than any account's).
+	maxKeptUserName = 64
 )
 
 // session is one Redfish login session. Only the SHA-256 of its token is
@@ -317,6 +320,11 @@ func (a *authenticator) bySession(tok string) (*Principal, bool) {
 // usual and the right one is lockedError.
 func (a *authenticator) login(user, pw, source string) (Account, error) {
 	now := a.s.now()
+	if len(user) > maxKeptUserName {
+		// No account has such a name (userNamePattern); keep the lock
+		// table and the logs small whatever a client sends.
+		user = user[:maxKeptUserName]
+	}
 	key := lockKey{source: source, user: user}
 	a.mu.Lock()
 	ls := a.locks[key]
@@ -355,11 +363,40 @@ func (a *authenticator) login(user, pw, source string) (Account, error) {
 	}
 	locked, until := a.recordFailureLocked(key, now)
 	threshold := a.threshold
+	ls = a.locks[key]
+	failures, delay := ls.failures, ls.delay
 	a.mu.Unlock()
-	if locked {
+	switch {
+	case locked:
 		a.recordLockout(user, source, until, threshold, found, acct)
+	case delay > 0:
+		a.recordThrottle(user, source, failures, delay, found, acct)
 	}
 	return Account{}, fmt.Errorf("login %q from %s: %w", user, source, errBadCredentials)
+}
+
+// recordThrottle writes a growing delay to the audit log (every failure
+// that earns one, which Basic requests would otherwise leave unrecorded)
+// and, when the delays start for this account and address, to the event
+// log: at most one event per (address, account) until its failures are
+// forgotten, so an attacker cannot flood the events.
+func (a *authenticator) recordThrottle(user, source string, failures int, delay time.Duration, found bool, acct Account) {
+	s := a.s
+	origin := accountServiceURI
+	if found {
+		origin = accountURI(acct.ID)
+	}
+	e := LogEntry{Log: logAudit, Created: s.now(), Severity: "Warning", UserName: user, Client: source,
+		Method: "THROTTLE", URI: origin,
+		Message: fmt.Sprintf("%s: %d failed sign-ins from %s; the next attempt from there waits %s",
+			user, failures, source, delay)}
+	if _, err := s.store.AppendLog(context.WithoutCancel(s.ctx), e, s.cfg.LogLimit); err != nil {
+		s.log.Error("writing audit log", "err", err)
+	}
+	if failures == 2 {
+		s.Publish(Event{MessageKey: "ResourceEvent.ResourceErrorsDetected",
+			Args: []string{"UserName", "failed sign-ins of " + user + " from " + source + " (now throttled)"}, Origin: origin})
+	}
 }
 
 // recordLockout writes a new lockout to the audit and event logs.
