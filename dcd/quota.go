@@ -10,7 +10,8 @@ import (
 // state.
 const QuotaChanged = "quota changed"
 
-// SetHostQuota sets host's quota in bytes (0: no limit) and tells
+// SetHostQuota sets host's quota in bytes (0: the default quota applies,
+// DefaultHostQuota) and tells
 // subscribers. The quota limits every grant to the host begun from now on,
 // whoever asks for it (the ledger checks it in BeginGrant, under the same
 // transaction as the intent); capacity the host already holds is kept even
