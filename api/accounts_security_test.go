@@ -544,3 +544,39 @@ func TestDefaultHostQuota(t *testing.T) {
 		http.StatusOK, "")
 	reserve(t, env.Host0, 4*blockMiB, nil)
 }
+
+// TestOwnedObjectsEndWithTheirAccount: a deleted account's push
+// subscriptions are removed and its unused stream tickets no longer open
+// the telemetry stream.
+func TestOwnedObjectsEndWithTheirAccount(t *testing.T) {
+	env := apitest.NewServer(t)
+	uri := createAccount(t, env, "subowner", api.RoleOperator, "")
+	c := env.Login("subowner", apitest.UserPassword)
+	r := c.Post("/redfish/v1/EventService/Subscriptions", map[string]any{
+		"Destination": "https://127.0.0.1:9/events", "Protocol": "Redfish"})
+	wantStatus(t, "subscribe", r, http.StatusCreated, "")
+	sub := r.Header.Get("Location")
+	other := env.Admin.Post("/redfish/v1/EventService/Subscriptions", map[string]any{
+		"Destination": "https://127.0.0.1:9/admin", "Protocol": "Redfish"})
+	wantStatus(t, "admin subscribes", other, http.StatusCreated, "")
+	var ticket string
+	if env.Config.Telemetry != nil {
+		tr := c.Post(api.TelemetryTicketURI, map[string]any{})
+		wantStatus(t, "ticket", tr, http.StatusOK, "")
+		ticket = tr.JSON(t)["Ticket"].(string)
+	}
+
+	wantStatus(t, "delete the owner", env.Admin.Delete(uri), http.StatusNoContent, "")
+	wantStatus(t, "the owner's subscription", env.Admin.Get(sub), http.StatusNotFound, "ResourceNotFound")
+	wantStatus(t, "another's subscription", env.Admin.Get(other.Header.Get("Location")), http.StatusOK, "")
+	if ticket != "" {
+		wsURL := "ws" + strings.TrimPrefix(env.HTTP.URL, "http") + api.TelemetryStreamURI + "?ticket=" + ticket
+		conn, resp, err := websocket.DefaultDialer.Dial(wsURL, nil)
+		if err == nil {
+			conn.Close()
+			t.Errorf("a deleted account's ticket opened the telemetry stream")
+		} else if resp == nil || resp.StatusCode != http.StatusUnauthorized {
+			t.Errorf("a deleted account's ticket: got %v (%v), want 401", err, resp)
+		}
+	}
+}

@@ -20,7 +20,7 @@ import (
 // Host accounts may reserve chunks themselves: such a chunk is recorded
 // as theirs, so they see it, may connect it to their own initiator and
 // may delete it. What a host has reserved plus what it holds counts
-// against its quota (dcd.Host.Quota; 0 means no limit), checked at
+// against its quota (dcd.Host.Quota, or the default quota where that is 0), checked at
 // reservation as the ledger checks it at grant time. A host sees only
 // the chunks it reserved or holds, and in them only itself.
 

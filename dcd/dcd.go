@@ -39,7 +39,7 @@ type Host struct {
 	ID     HostID
 	Port   uint8
 	Name   string
-	Quota  uint64 // bytes; 0 means no limit
+	Quota  uint64 // bytes; 0: the default quota (DefaultHostQuota) applies
 	LinkUp bool
 }
 
