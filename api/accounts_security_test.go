@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"net/http"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -277,6 +278,23 @@ func TestAttackSSEFlood(t *testing.T) {
 	}
 	if got := metricValue(t, env, "cxlpool_api_event_streams"); got > total {
 		t.Errorf("open streams %v, want at most %d", got, total)
+	}
+	// The flood goes on: refused streams hold nothing.
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	for range 200 {
+		if r := env.Host0.Get("/redfish/v1/EventService/SSE"); r.Status != http.StatusTooManyRequests {
+			t.Fatalf("flooding stream: got %s, want 429", r)
+		}
+	}
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if grew := int64(after.HeapInuse) - int64(before.HeapInuse); grew > 4<<20 {
+		t.Errorf("heap grew by %d KiB over 200 refused streams, want under 4 MiB", grew>>10)
+	}
+	if got := metricValue(t, env, "cxlpool_api_event_streams"); got > total {
+		t.Errorf("open streams after the flood %v, want at most %d", got, total)
 	}
 }
 

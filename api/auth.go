@@ -375,26 +375,33 @@ func (a *authenticator) login(user, pw, source string) (Account, error) {
 	return Account{}, fmt.Errorf("login %q from %s: %w", user, source, errBadCredentials)
 }
 
-// recordThrottle writes a growing delay to the audit log (every failure
-// that earns one, which Basic requests would otherwise leave unrecorded)
-// and, when the delays start for this account and address, to the event
-// log: at most one event per (address, account) until its failures are
-// forgotten, so an attacker cannot flood the events.
-func (a *authenticator) recordThrottle(user, source string, failures int, delay time.Duration, found bool, acct Account) {
+// auditSignIn writes a sign-in policy action to the audit log and returns
+// the URI it is about (the account's, or the AccountService's for a user
+// name that has none).
+func (a *authenticator) auditSignIn(user, source, action string, found bool, acct Account, msg string) string {
 	s := a.s
 	origin := accountServiceURI
 	if found {
 		origin = accountURI(acct.ID)
 	}
 	e := LogEntry{Log: logAudit, Created: s.now(), Severity: "Warning", UserName: user, Client: source,
-		Method: "THROTTLE", URI: origin,
-		Message: fmt.Sprintf("%s: %d failed sign-ins from %s; the next attempt from there waits %s",
-			user, failures, source, delay)}
+		Method: action, URI: origin, Message: msg}
 	if _, err := s.store.AppendLog(context.WithoutCancel(s.ctx), e, s.cfg.LogLimit); err != nil {
 		s.log.Error("writing audit log", "err", err)
 	}
+	return origin
+}
+
+// recordThrottle writes a growing delay to the audit log (every failure
+// that earns one, which Basic requests would otherwise leave unrecorded)
+// and, when the delays start for this account and address, to the event
+// log: at most one event per (address, account) until its failures are
+// forgotten, so an attacker cannot flood the events.
+func (a *authenticator) recordThrottle(user, source string, failures int, delay time.Duration, found bool, acct Account) {
+	origin := a.auditSignIn(user, source, "THROTTLE", found, acct,
+		fmt.Sprintf("%s: %d failed sign-ins from %s; the next attempt from there waits %s", user, failures, source, delay))
 	if failures == 2 {
-		s.Publish(Event{MessageKey: "ResourceEvent.ResourceErrorsDetected",
+		a.s.Publish(Event{MessageKey: "ResourceEvent.ResourceErrorsDetected",
 			Args: []string{"UserName", "failed sign-ins of " + user + " from " + source + " (now throttled)"}, Origin: origin})
 	}
 }
@@ -403,17 +410,9 @@ func (a *authenticator) recordThrottle(user, source string, failures int, delay 
 func (a *authenticator) recordLockout(user, source string, until time.Time, threshold int, found bool, acct Account) {
 	s := a.s
 	s.log.Warn("account locked out after failed logins", "user", user, "source", source, "until", until)
-	origin := accountServiceURI
-	if found {
-		origin = accountURI(acct.ID)
-	}
-	e := LogEntry{Log: logAudit, Created: s.now(), Severity: "Warning", UserName: user, Client: source,
-		Method: "LOCKOUT", URI: origin,
-		Message: fmt.Sprintf("%s locked out for sign-ins from %s until %s after %d failed attempts",
-			user, source, until.UTC().Format(time.RFC3339), threshold)}
-	if _, err := s.store.AppendLog(context.WithoutCancel(s.ctx), e, s.cfg.LogLimit); err != nil {
-		s.log.Error("writing audit log", "err", err)
-	}
+	origin := a.auditSignIn(user, source, "LOCKOUT", found, acct,
+		fmt.Sprintf("%s locked out for sign-ins from %s until %s after %d failed attempts",
+			user, source, until.UTC().Format(time.RFC3339), threshold))
 	s.Publish(Event{MessageKey: "ResourceEvent.ResourceWarningThresholdExceeded",
 		Args: []string{"AccountLockoutThreshold", strconv.Itoa(threshold)}, Origin: origin})
 }

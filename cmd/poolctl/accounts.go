@@ -128,27 +128,37 @@ func findAccount(accts []client.Account, arg string) *client.Account {
 	return nil
 }
 
-// accountsUnlock ends an account's lockout after failed sign-ins (DMTF:
-// PATCH the ManagerAccount with Locked false), from every address.
-func accountsUnlock(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("accounts unlock", "NAME|ID")
+// accountArg parses a subcommand's one NAME|ID argument and finds that
+// account.
+func (a *app) accountArg(ctx context.Context, cmd string, args []string) (*client.Client, *client.Account, error) {
+	fs := a.flags(cmd, "NAME|ID")
 	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
-	ctx, cancel := a.deadline(ctx, false)
-	defer cancel()
 	c, err := a.client()
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	accts, err := c.Accounts(ctx)
 	if err != nil {
-		return explain(err)
+		return nil, nil, explain(err)
 	}
 	found := findAccount(accts, pos[0])
 	if found == nil {
-		return fmt.Errorf("accounts unlock: no account %q", pos[0])
+		return nil, nil, fmt.Errorf("%s: no account %q", cmd, pos[0])
+	}
+	return c, found, nil
+}
+
+// accountsUnlock ends an account's lockout after failed sign-ins (DMTF:
+// PATCH the ManagerAccount with Locked false), from every address.
+func accountsUnlock(ctx context.Context, a *app, args []string) error {
+	ctx, cancel := a.deadline(ctx, false)
+	defer cancel()
+	c, found, err := a.accountArg(ctx, "accounts unlock", args)
+	if err != nil {
+		return err
 	}
 	wasLocked := found.Locked
 	if _, err := c.Patch(ctx, found.ODataID, map[string]any{"Locked": false}); err != nil {
@@ -167,24 +177,11 @@ func accountsUnlock(ctx context.Context, a *app, args []string) error {
 }
 
 func accountsRemove(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("accounts remove", "NAME|ID")
-	pos, err := parse(fs, args, 1, 1)
-	if err != nil {
-		return err
-	}
 	ctx, cancel := a.deadline(ctx, false)
 	defer cancel()
-	c, err := a.client()
+	c, found, err := a.accountArg(ctx, "accounts remove", args)
 	if err != nil {
 		return err
-	}
-	accts, err := c.Accounts(ctx)
-	if err != nil {
-		return explain(err)
-	}
-	found := findAccount(accts, pos[0])
-	if found == nil {
-		return fmt.Errorf("accounts remove: no account %q", pos[0])
 	}
 	if err := c.DeleteAndWait(ctx, found.ODataID, nil); err != nil {
 		return explain(err)
