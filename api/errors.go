@@ -269,8 +269,11 @@ func FromDomain(err error, t Target) *Error {
 		return ErrResourceInUse().WithCause(err)
 	case errors.Is(err, dcd.ErrDeviceBusy):
 		return ErrServiceUnavailable(retryBusySeconds).WithCause(err)
-	case errors.Is(err, fabric.ErrTimeout), errors.Is(err, fabric.ErrClosed):
-		return ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+	case errors.Is(err, dcd.ErrDeviceUnreachable), errors.Is(err, fabric.ErrTimeout), errors.Is(err, fabric.ErrClosed):
+		e := ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		e.Messages[0].Resolution = "The memory device does not answer on its link (the link is down or being " +
+			"re-established). Retry after the time in Retry-After."
+		return e
 	case errors.Is(err, dcd.ErrDevice):
 		return NewError(http.StatusInternalServerError, M("Base.UndeterminedFault", "DCD")).WithCause(err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

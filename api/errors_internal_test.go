@@ -49,6 +49,7 @@ func TestFromDomain(t *testing.T) {
 		{bmc.ErrUnsupported, http.StatusBadRequest, "Base.GeneralError", false},
 		{bmc.ErrBusy, http.StatusConflict, "Base.ResourceInUse", false},
 		{dcd.ErrDeviceBusy, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
+		{dcd.ErrDeviceUnreachable, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
 		{dcd.ErrDevice, http.StatusInternalServerError, "Base.UndeterminedFault", false},
 		{fabric.ErrTimeout, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},
 		{fabric.ErrClosed, http.StatusServiceUnavailable, "Base.ServiceTemporarilyUnavailable", true},

@@ -40,7 +40,7 @@ import (
 // host's control and outside the CXL fabric's per-host isolation, so it
 // is the appliance operator's decision. Exports follow their chunk's
 // capacity: releasing the chunk's last grant revokes them first
-// (dcd.Config.BeforeRelease), and expired exports are revoked by the
+// (dcd.Config.Guard, rdma.Service.Leaving), and expired exports are revoked by the
 // export service.
 
 // URIs of the RDMA fabric.

@@ -60,6 +60,8 @@ func (s *Server) manager(p *Principal) Obj {
 	// NetworkProtocol, EthernetInterfaces (networkprotocol.go)
 	s.managerNetworkLinks(o, p)
 	s.managerSettings(o) // managerpatch.go: clock, image slots, Reset
+	// consistency.go: the CxlPool.CheckConsistency action
+	s.addConsistencyAction(o, p)
 	return o
 }
 

@@ -56,13 +56,20 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 				}
 			}
 		}
-		regions = append(regions, Obj{
-			"Region":       r.Index,
-			"Sharable":     r.Sharable,
-			"SizeMiB":      mib(r.Length),
-			"FreeMiB":      mib(r.Length - min(used, r.Length)),
-			"BlockSizeMiB": mib(r.BlockSize),
-		})
+		reg := Obj{
+			"Region":            r.Index,
+			"Sharable":          r.Sharable,
+			"SizeMiB":           mib(r.Length),
+			"FreeMiB":           mib(r.Length - min(used, r.Length)),
+			"BlockSizeMiB":      mib(r.BlockSize),
+			"SanitizeOnRelease": r.SanitizeOnRelease,
+		}
+		// A region that does not clear what a host releases itself gets
+		// no new chunks (dcd's rule); say so where capacity is shown.
+		if err := dcd.AllocationRefusal(dcd.Region{Index: r.Index, SanitizeOnRelease: r.SanitizeOnRelease}); err != nil {
+			reg["AllocationRefused"] = err.Error()
+		}
+		regions = append(regions, reg)
 	}
 	oem := Obj{"FreeMiB": mib(u.free), "Regions": regions}
 	if p.Has(PrivApplianceView) {

@@ -137,6 +137,9 @@ type Config struct {
 	// NetInterfaces lists the management computer's network interfaces
 	// (ethernet.go). Nil: SystemInterfaces.
 	NetInterfaces func() ([]NetInterface, error)
+	// StartCheck waits for the daemon's consistency check after its first
+	// reconcile (consistency.go); violations become an event. Nil: none.
+	StartCheck func(context.Context) (dcd.InvariantReport, error)
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed
@@ -333,6 +336,7 @@ func (s *Server) routes() []func() {
 		s.networkRoutes,
 		s.certificateRoutes,
 		s.supportBundleRoutes,
+		s.consistencyRoutes,
 	}
 }
 

@@ -95,6 +95,7 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
+	check     *startCheck // consistency.go
 	closers   []func() error
 }
 
@@ -113,7 +114,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if cfg.DataDir == "" {
 		return nil, errors.New("appliance: a data directory is required")
 	}
-	app := &Appliance{cfg: cfg}
+	app := &Appliance{cfg: cfg, check: &startCheck{done: make(chan struct{})}}
 	a = app
 	defer func() {
 		// The error returns set a to nil: close through app.
@@ -148,7 +149,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	} else {
 		// A real link can drop and come back: keep redialing it.
 		dial := func(ctx context.Context) (io.ReadWriteCloser, error) { return dialDevice(ctx, cfg.Device, cfg.Logger) }
-		if dev, err = openRedial(ctx, dial, fcfg, cfg.Logger.With("component", "link")); err != nil {
+		if dev, err = openRedial(ctx, dial, fcfg, cfg.Logger.With("component", "link"), redialConfig{Now: cfg.Clock}); err != nil {
 			return nil, fmt.Errorf("appliance: device %s: %w", cfg.Device, err)
 		}
 	}
@@ -171,7 +172,7 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	dcfg := dcd.Config{Ledger: led, Device: early, Logger: cfg.Logger.With("component", "dcd"),
 		Clock: cfg.Clock, AddTimeout: cfg.AddTimeout, ReleaseTimeout: cfg.ReleaseTimeout}
 	if a.Exports != nil {
-		dcfg.BeforeRelease = a.Exports.BeforeRelease
+		dcfg.Guard = a.Exports
 	}
 	mgr, err := dcd.NewManager(dcfg)
 	if err != nil {
@@ -315,6 +316,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 		return err
 	}
 	if a.Exports == nil {
+		a.checkAtStart(ctx)
 		return nil
 	}
 	changes, unsubscribe := a.Manager.Subscribe(256)
@@ -326,6 +328,7 @@ func (a *Appliance) Start(ctx context.Context) error {
 	}
 	go a.Exports.Run(ctx, changes)
 	a.closers = append(a.closers, func() error { unsubscribe(); return nil })
+	a.checkAtStart(ctx) // after Restore: the exports are checked too
 	if a.cfg.ExportListen == "" {
 		return nil
 	}

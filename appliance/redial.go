@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"time"
 
@@ -19,10 +20,18 @@ import (
 // lost it dials again with backoff and then reports EventDeviceReset, so
 // the Manager rediscovers and reconciles exactly as after a device reset.
 // Calls made while the link is down fail with fabric.ErrClosed.
+//
+// Every way back goes through the same backoff, whatever failed: the dial,
+// the device's discovery on the new link (a port that accepts and closes
+// at once, a device that does not answer), or a link that was up but did
+// not stay up for redialStable. Only a link that stayed up that long
+// resets the backoff, so a device that drops every connection at once is
+// redialed a handful of times a minute, not in a hot loop.
 type redialDevice struct {
 	dial func(context.Context) (io.ReadWriteCloser, error)
 	cfg  fm.Config
 	log  *slog.Logger
+	rc   redialConfig
 
 	ctx    context.Context // lives until Close
 	cancel context.CancelFunc
@@ -31,20 +40,82 @@ type redialDevice struct {
 
 	mu  sync.Mutex
 	cur *fm.Client // nil while the link is down
+	// found is the discovery a redial made to check the new link; the
+	// Manager's next Discover (after the EventDeviceReset) takes it.
+	found *fabric.Box
 }
 
-// Backoff bounds between dial attempts.
+// redialConfig is the redial policy and its clock and randomness (tests
+// replace them).
+type redialConfig struct {
+	// Min and Max bound the wait before an attempt; each failure doubles
+	// it. Stable is how long a link must stay up to reset the wait.
+	Min, Max, Stable time.Duration
+	// ProbeTimeout bounds the discovery that checks a new link.
+	ProbeTimeout time.Duration
+	Now          func() time.Time
+	After        func(time.Duration) <-chan time.Time
+	// Rand returns a number in [0, 1) for the jitter.
+	Rand func() float64
+}
+
+// Redial policy defaults.
 const (
-	redialMin = 50 * time.Millisecond
-	redialMax = 5 * time.Second
+	redialMin          = 50 * time.Millisecond
+	redialMax          = 5 * time.Second
+	redialStable       = 30 * time.Second
+	redialProbeTimeout = 30 * time.Second
 )
+
+func (c *redialConfig) setDefaults() {
+	def := func(v *time.Duration, d time.Duration) {
+		if *v <= 0 {
+			*v = d
+		}
+	}
+	def(&c.Min, redialMin)
+	def(&c.Max, redialMax)
+	def(&c.Stable, redialStable)
+	def(&c.ProbeTimeout, redialProbeTimeout)
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	if c.After == nil {
+		c.After = time.After
+	}
+	if c.Rand == nil {
+		c.Rand = rand.Float64
+	}
+}
+
+// backoff is the wait before the next attempt: exponential between Min
+// and Max, with half of it random ("equal jitter"), so that daemons
+// redialing one device do not march in step and the wait never drops
+// below half its base.
+type backoff struct {
+	rc   *redialConfig
+	base time.Duration
+}
+
+// next returns the wait before the coming attempt and doubles the base.
+func (b *backoff) next() time.Duration {
+	if b.base <= 0 {
+		b.base = b.rc.Min
+	}
+	w := b.base/2 + time.Duration(b.rc.Rand()*float64(b.base/2))
+	b.base = min(2*b.base, b.rc.Max)
+	return w
+}
+
+func (b *backoff) reset() { b.base = 0 }
 
 var _ fabric.Device = (*redialDevice)(nil)
 
 // openRedial dials once (failing if the device is not there at start, so a
 // wrong address is reported at once) and then keeps the link up.
-func openRedial(ctx context.Context, dial func(context.Context) (io.ReadWriteCloser, error), cfg fm.Config, log *slog.Logger) (*redialDevice, error) {
-	d := &redialDevice{dial: dial, cfg: cfg, log: log, events: make(chan fabric.Event, 256), done: make(chan struct{})}
+func openRedial(ctx context.Context, dial func(context.Context) (io.ReadWriteCloser, error), cfg fm.Config, log *slog.Logger, rc redialConfig) (*redialDevice, error) {
+	rc.setDefaults()
+	d := &redialDevice{dial: dial, cfg: cfg, log: log, rc: rc, events: make(chan fabric.Event, 256), done: make(chan struct{})}
 	c, err := d.connect(ctx)
 	if err != nil {
 		return nil, err
@@ -74,7 +145,10 @@ func (d *redialDevice) connect(ctx context.Context) (*fm.Client, error) {
 func (d *redialDevice) run(c *fm.Client) {
 	defer close(d.done)
 	defer close(d.events)
+	var bo backoff
+	bo.rc = &d.rc
 	for {
+		up := d.rc.Now()
 		for ev := range c.Events() {
 			select {
 			case d.events <- ev:
@@ -85,46 +159,69 @@ func (d *redialDevice) run(c *fm.Client) {
 		if d.ctx.Err() != nil {
 			return
 		}
-		d.log.Warn("device link lost; reconnecting")
+		lived := d.rc.Now().Sub(up)
+		if lived >= d.rc.Stable {
+			bo.reset()
+		}
+		d.log.Warn("device link lost; reconnecting", "was_up", lived.Round(time.Millisecond))
 		d.mu.Lock()
-		d.cur = nil
+		d.cur, d.found = nil, nil
 		d.mu.Unlock()
 		c.Close()
+		var box fabric.Box
 		var err error
-		if c, err = d.redial(); err != nil {
+		if c, box, err = d.redial(&bo); err != nil {
 			return // closed while redialing
 		}
-		if d.ctx.Err() != nil {
-			c.Close()
-			return
-		}
 		d.mu.Lock()
-		d.cur = c
+		d.cur, d.found = c, &box
 		d.mu.Unlock()
 		d.log.Info("device link back")
 		select {
-		case d.events <- fabric.Event{Kind: fabric.EventDeviceReset, Time: time.Now()}:
+		case d.events <- fabric.Event{Kind: fabric.EventDeviceReset, Time: d.rc.Now()}:
 		case <-d.ctx.Done():
+			c.Close()
 			return
 		}
 	}
 }
 
-func (d *redialDevice) redial() (*fm.Client, error) {
-	wait := redialMin
+// redial waits out the backoff before every attempt and returns a link on
+// which the device answered its discovery.
+func (d *redialDevice) redial(bo *backoff) (*fm.Client, fabric.Box, error) {
 	for {
-		c, err := d.connect(d.ctx)
-		if err == nil {
-			return c, nil
-		}
-		d.log.Debug("device redial failed", "err", err, "retry_in", wait)
+		wait := bo.next()
 		select {
 		case <-d.ctx.Done():
-			return nil, d.ctx.Err()
-		case <-time.After(wait):
+			return nil, fabric.Box{}, d.ctx.Err()
+		case <-d.rc.After(wait):
 		}
-		wait = min(2*wait, redialMax)
+		c, box, err := d.attempt()
+		if err == nil {
+			return c, box, nil
+		}
+		if d.ctx.Err() != nil {
+			return nil, fabric.Box{}, d.ctx.Err()
+		}
+		d.log.Warn("device redial failed", "err", err, "waited", wait.Round(time.Millisecond))
 	}
+}
+
+// attempt dials and discovers the device on the new link: a link is back
+// only when the device answers on it.
+func (d *redialDevice) attempt() (*fm.Client, fabric.Box, error) {
+	c, err := d.connect(d.ctx)
+	if err != nil {
+		return nil, fabric.Box{}, err
+	}
+	ctx, cancel := context.WithTimeout(d.ctx, d.rc.ProbeTimeout)
+	defer cancel()
+	box, err := c.Discover(ctx)
+	if err != nil {
+		c.Close()
+		return nil, fabric.Box{}, fmt.Errorf("discovery on the new link: %w", err)
+	}
+	return c, box, nil
 }
 
 func (d *redialDevice) client() (*fm.Client, error) {
@@ -136,7 +233,16 @@ func (d *redialDevice) client() (*fm.Client, error) {
 	return d.cur, nil
 }
 
+// Discover returns the discovery the last redial made, once; otherwise it
+// asks the device.
 func (d *redialDevice) Discover(ctx context.Context) (fabric.Box, error) {
+	d.mu.Lock()
+	found := d.found
+	d.found = nil
+	d.mu.Unlock()
+	if found != nil {
+		return *found, nil
+	}
 	c, err := d.client()
 	if err != nil {
 		return fabric.Box{}, err

@@ -25,7 +25,12 @@ var (
 	ErrHostTimeout   = errors.New("host did not answer in time")
 	ErrLinkDown      = errors.New("host link is down")
 	ErrDeviceBusy    = errors.New("device is busy")
-	ErrDevice        = errors.New("device error")
+	// ErrDeviceUnreachable: the link to the device is down or the device
+	// does not answer on it (fabric.ErrClosed, fabric.ErrTimeout); the
+	// command may be retried once it is back. ErrDevice is a device that
+	// answered with an error.
+	ErrDeviceUnreachable = errors.New("device cannot be reached")
+	ErrDevice            = errors.New("device error")
 	// ErrFenced: the host's head is being power-cycled (or is off after
 	// a ForceOff); no capacity goes to it until the fence is lifted.
 	ErrFenced = errors.New("host is fenced for a head power cycle")
@@ -66,6 +71,14 @@ type ChunkID int64
 // Chunk is a reservation of Size bytes in one region. Its Tag names its
 // capacity on the device from the first grant on, and is the idempotency
 // key of every device command about it.
+//
+// Extents is where the chunk lives on the device: DPA ranges the ledger
+// chose when it reserved the chunk, tagged with Tag, owned by the chunk
+// until it is deleted. The Manager adds them prescriptively, so the device
+// never places a host's capacity on blocks the ledger still counts as
+// another chunk's, even while it has not yet heard that a host gave them
+// back. A ledger that does not place chunks leaves Extents empty and the
+// device chooses.
 type Chunk struct {
 	ID       ChunkID
 	Name     string
@@ -74,6 +87,7 @@ type Chunk struct {
 	Tag      cci.Tag
 	Sharable bool
 	Created  time.Time
+	Extents  []cci.Extent
 }
 
 // GrantState is the life cycle of one host's access to one chunk.

@@ -218,9 +218,9 @@ func (m *Manager) releaseHost(ctx context.Context, h HostID, reason string) erro
 				continue
 			}
 			if g.State == GrantReleasing {
-				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, true, true) })
+				m.spawnFlow(ctx, g, c.Tag, flowRelease, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, true, true) })
 			} else {
-				m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.withdrawForFence(ctx, g, c) })
+				m.spawnFlow(ctx, g, c.Tag, flowAdd, func(ctx context.Context) Grant { return m.withdrawForFence(ctx, g, c) })
 			}
 		}
 	}

@@ -29,10 +29,26 @@ type Config struct {
 	// BusyRetries is how many times a command answered Busy or Retry
 	// Required is sent again (with backoff) before ErrDeviceBusy.
 	BusyRetries int
-	// BeforeRelease, if set, runs before a grant's release is recorded,
-	// so that other users of the capacity (exports to remote racks) let
-	// go of it before the device sanitizes it. An error stops the release.
-	BeforeRelease func(ctx context.Context, id GrantID) error
+	// Guard, if set, is asked before the ledger records that a grant's
+	// capacity leaves its host, so that other users of the capacity
+	// (exports to remote racks) let go of it in the same step.
+	Guard CapacityGuard
+}
+
+// CapacityGuard is what else reaches a chunk's capacity besides the hosts
+// that hold it (rdma.Service: exports to remote racks). The Manager calls
+// Leaving when grant g's capacity is about to leave its host: before it
+// records a release it starts (gone false: the device still holds the
+// capacity and sanitizes it on release), and before it records a grant
+// lost because the device no longer holds it (gone true: the host gave it
+// back on its own, or the device dropped it). Leaving must call record
+// exactly once, and make sure that from then on nothing reaches the
+// capacity through the guard unless another granted grant of the chunk
+// keeps it on the device; nothing new may start using the chunk between
+// its decision and record's return (one step per chunk). An error from
+// Leaving, or from record passed back by it, stops the transition.
+type CapacityGuard interface {
+	Leaving(ctx context.Context, g Grant, gone bool, record func() error) error
 }
 
 func (c *Config) defaults() {
@@ -91,6 +107,8 @@ type Manager struct {
 	waiters     map[HostID]map[chan fabric.Event]struct{}
 	subs        map[chan Change]struct{}
 	flights     map[GrantID]*flight
+	flows       map[hostTag]*flight // the same flights by host and tag
+	rechecks    map[hostTag]bool    // (host, tag) pairs an event named, to settle
 	startReport ReconcileReport
 	reconcileMu sync.Mutex
 	resets      atomic.Uint64 // device resets seen, so flows can tell why an offer vanished
@@ -102,6 +120,11 @@ type Manager struct {
 	fenced map[HostID]string // host → why its grants are refused (fence.go)
 
 	bg sync.WaitGroup
+
+	// hookAfterSnapshot, if set (tests only), runs between Reconcile's
+	// device and ledger reads, where a flow finishing would make the
+	// snapshot stale.
+	hookAfterSnapshot func()
 }
 
 // NewManager returns a Manager; call Start before using it.
@@ -111,15 +134,17 @@ func NewManager(cfg Config) (*Manager, error) {
 	}
 	cfg.defaults()
 	return &Manager{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		hostMu:  make(map[HostID]*sync.Mutex),
-		chunkMu: make(map[ChunkID]*sync.Mutex),
-		waiters: make(map[HostID]map[chan fabric.Event]struct{}),
-		subs:    make(map[chan Change]struct{}),
-		flights: make(map[GrantID]*flight),
-		reconc:  make(chan struct{}, 1),
-		fenced:  make(map[HostID]string),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		hostMu:   make(map[HostID]*sync.Mutex),
+		chunkMu:  make(map[ChunkID]*sync.Mutex),
+		waiters:  make(map[HostID]map[chan fabric.Event]struct{}),
+		subs:     make(map[chan Change]struct{}),
+		flights:  make(map[GrantID]*flight),
+		flows:    make(map[hostTag]*flight),
+		rechecks: make(map[hostTag]bool),
+		reconc:   make(chan struct{}, 1),
+		fenced:   make(map[HostID]string),
 	}, nil
 }
 
@@ -133,10 +158,14 @@ func (m *Manager) Start(ctx context.Context) error {
 	if err := m.adoptBox(ctx, box); err != nil {
 		return err
 	}
-	m.bg.Add(1)
+	m.bg.Add(2)
 	go func() {
 		defer m.bg.Done()
 		m.eventLoop(ctx)
+	}()
+	go func() {
+		defer m.bg.Done()
+		m.reconcileLoop(ctx)
 	}()
 	rep, err := m.Reconcile(ctx)
 	if err != nil {
@@ -292,6 +321,10 @@ func (m *Manager) Reserve(ctx context.Context, r ReserveRequest) (Chunk, error) 
 			continue
 		}
 		tried = true
+		if err := regionRefusal(reg); err != nil {
+			lastErr = err
+			continue
+		}
 		c, err := m.cfg.Ledger.CreateChunk(ctx, Chunk{Name: r.Name, Region: reg.Index, Size: r.Size, Sharable: r.Sharable})
 		if err == nil {
 			m.log.Info("chunk reserved", "chunk", c.ID, "region", c.Region, "bytes", c.Size, "tag", c.Tag)
@@ -364,7 +397,7 @@ func (m *Manager) BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 	in, err := m.cfg.Ledger.BeginGrant(ctx, chunk, host, func(in GrantIntent) {
 		started = true
 		g := in.Grant
-		m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false, committed) })
+		m.spawnFlow(ctx, g, in.Chunk.Tag, flowAdd, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false, committed) })
 	})
 	if started {
 		committed <- err
@@ -403,59 +436,91 @@ func (m *Manager) BeginRelease(ctx context.Context, id GrantID) (Grant, error) {
 // is forced from the first command) and reason, when the ledger can keep
 // one (ReasonedReleaser), records why the release was started.
 func (m *Manager) beginRelease(ctx context.Context, id GrantID, forced bool, reason string) (Grant, error) {
-	if m.cfg.BeforeRelease != nil {
-		if err := m.cfg.BeforeRelease(ctx, id); err != nil {
-			return Grant{}, fmt.Errorf("release grant %d: %w", id, err)
-		}
+	g, err := m.cfg.Ledger.Grant(ctx, id)
+	if err != nil {
+		return g, fmt.Errorf("release grant %d: %w", id, err)
 	}
-	var g Grant
-	var err error
-	if rr, ok := m.cfg.Ledger.(ReasonedReleaser); ok && reason != "" {
-		g, err = rr.BeginReleaseReason(ctx, id, reason)
+	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
+	if err != nil {
+		return g, fmt.Errorf("release grant %d: %w", id, err)
+	}
+	// Under the chunk's lock from the record to the flow's start, so a
+	// reconcile never finds the grant releasing with no flow driving it.
+	unlock := m.lockChunk(g.Chunk)
+	defer unlock()
+	record := func() error {
+		var err error
+		if rr, ok := m.cfg.Ledger.(ReasonedReleaser); ok && reason != "" {
+			g, err = rr.BeginReleaseReason(ctx, id, reason)
+		} else {
+			g, err = m.cfg.Ledger.BeginRelease(ctx, id)
+		}
+		return err
+	}
+	if m.cfg.Guard != nil {
+		err = m.cfg.Guard.Leaving(ctx, g, false, record)
 	} else {
-		g, err = m.cfg.Ledger.BeginRelease(ctx, id)
+		err = record()
 	}
 	if err != nil {
 		return g, fmt.Errorf("release grant %d: %w", id, err)
 	}
 	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &g, Message: "releasing"})
-	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
-	if err != nil {
-		return g, fmt.Errorf("release grant %d: %w", id, err)
-	}
-	m.spawn(ctx, g.ID, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, false, forced) })
+	m.spawnFlow(ctx, g, c.Tag, flowRelease, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, false, forced) })
 	return g, nil
 }
 
 // flight is a grant or release flow running in this process. Waiters in
 // this process take its outcome from here instead of polling the ledger.
 type flight struct {
+	kind  flowKind
 	done  chan struct{}
 	final Grant // the grant as the flow left it; valid once done is closed
 }
 
-// spawn runs fn in the background for grant id unless a flow for it is
-// already running (reconcile must not drive a grant twice). The work
-// outlives the caller's request: it must finish or be picked up by
-// reconcile, never be abandoned halfway.
-func (m *Manager) spawn(ctx context.Context, id GrantID, fn func(context.Context) Grant) {
+// flowKind says what a flow drives a grant towards.
+type flowKind int
+
+const (
+	flowAdd flowKind = iota
+	flowRelease
+)
+
+// spawnFlow runs fn in the background for grant g, whose chunk has tag,
+// unless a flow for it is already running (reconcile must not drive a
+// grant twice). The work outlives the caller's request: it must finish or
+// be picked up by reconcile, never be abandoned halfway.
+func (m *Manager) spawnFlow(ctx context.Context, g Grant, tag cci.Tag, kind flowKind, fn func(context.Context) Grant) {
+	key := hostTag{g.Host, tag}
 	m.mu.Lock()
-	if _, ok := m.flights[id]; ok {
+	if _, ok := m.flights[g.ID]; ok {
 		m.mu.Unlock()
 		return
 	}
-	f := &flight{done: make(chan struct{})}
-	m.flights[id] = f
+	f := &flight{kind: kind, done: make(chan struct{})}
+	m.flights[g.ID] = f
+	m.flows[key] = f
 	m.mu.Unlock()
 	m.bg.Add(1)
 	go func() {
 		defer m.bg.Done()
 		f.final = fn(context.WithoutCancel(ctx))
 		m.mu.Lock()
-		delete(m.flights, id)
+		delete(m.flights, g.ID)
+		if m.flows[key] == f {
+			delete(m.flows, key)
+		}
 		m.mu.Unlock()
 		close(f.done)
 	}()
+}
+
+// flowOn reports whether a flow of this process drives host's grant of
+// the chunk tagged tag.
+func (m *Manager) flowOn(host HostID, tag cci.Tag) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.flows[hostTag{host, tag}] != nil
 }
 
 // await returns grant id once it has left state from: straight from the
@@ -501,7 +566,7 @@ func grantErr(g Grant) error {
 	case GrantFailed, GrantLost:
 		// Reasons are stored as text (they must survive restarts) and
 		// start with the sentinel's text, as failGrant writes them.
-		for _, e := range []error{ErrHostRejected, ErrHostTimeout, ErrLinkDown, ErrDeviceBusy, ErrNoCapacity, ErrFenced, ErrDevice} {
+		for _, e := range []error{ErrHostRejected, ErrHostTimeout, ErrLinkDown, ErrDeviceBusy, ErrNoCapacity, ErrFenced, ErrDeviceUnreachable, ErrDevice} {
 			if strings.HasPrefix(g.Reason, e.Error()) {
 				return fmt.Errorf("grant %d: %s: %w", g.ID, g.Reason, e)
 			}
@@ -600,12 +665,14 @@ func (m *Manager) runAddDevice(ctx context.Context, g Grant, c Chunk, others, re
 				if st == addAccepted {
 					return exts, nil, true
 				}
+				if !answered && m.resets.Load() != resets {
+					return nil, fmt.Errorf("%w: the device reset and dropped the offer", ErrDevice), true
+				}
 				if !answered {
-					why := "the offer disappeared from the device without an answer from the host"
-					if m.resets.Load() != resets {
-						why = "the device reset and dropped the offer"
-					}
-					return nil, fmt.Errorf("%w: %s", ErrDevice, why), true
+					// Only the host's answer takes an offer off the device
+					// without a reset; devices that log no Add Capacity
+					// Response when the host accepted nothing are common.
+					return nil, fmt.Errorf("%w: accepted none of the offered capacity (the device reported no answer record)", ErrHostRejected), true
 				}
 				return nil, fmt.Errorf("%w: accepted none of the offered capacity", ErrHostRejected), true
 			}
@@ -632,6 +699,11 @@ func (m *Manager) runAddDevice(ctx context.Context, g Grant, c Chunk, others, re
 // with the chunk's tag, or shared access to the capacity the tag names.
 func (m *Manager) sendAdd(ctx context.Context, g Grant, c Chunk, shared bool) error {
 	req := fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Length: c.Size, Tag: c.Tag, Policy: fabric.AddFree}
+	if len(c.Extents) > 0 {
+		// Where the ledger placed the chunk, and nowhere else: blocks
+		// the ledger still counts as another chunk's are never offered.
+		req.Policy, req.Extents = fabric.AddPrescriptive, c.Extents
+	}
 	if shared {
 		req = fabric.AddRequest{Host: uint16(g.Host), Region: uint8(c.Region), Tag: c.Tag, Policy: fabric.AddSharedAccess}
 	}
@@ -833,6 +905,8 @@ func deviceErr(err error) error {
 		return fmt.Errorf("%w: %v", ErrDeviceBusy, err)
 	case errors.Is(err, cci.ResourcesExhausted):
 		return fmt.Errorf("%w: %v", ErrNoCapacity, err)
+	case errors.Is(err, fabric.ErrClosed), errors.Is(err, fabric.ErrTimeout):
+		return fmt.Errorf("%w: %v", ErrDeviceUnreachable, err)
 	}
 	return fmt.Errorf("%w: %v", ErrDevice, err)
 }
@@ -870,10 +944,6 @@ func (m *Manager) eventLoop(ctx context.Context) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-m.reconc:
-			if _, err := m.Reconcile(ctx); err != nil {
-				m.log.Error("reconcile", "err", err)
-			}
 		case ev, ok := <-events:
 			if !ok {
 				return
@@ -883,11 +953,75 @@ func (m *Manager) eventLoop(ctx context.Context) {
 	}
 }
 
+// reconcileLoop runs the reconciles and settles that events and flows ask
+// for. It is not the event loop: a settle waits for the locks of flows
+// that are themselves waiting for the event loop to hear from their host.
+func (m *Manager) reconcileLoop(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.reconc:
+			if _, err := m.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				m.log.Error("reconcile", "err", err)
+			}
+		}
+	}
+}
+
+// recheck settles what host holds under each of tags in the background,
+// once per pair however many events name it meanwhile: a device event
+// that changes what a host holds is judged against the ledger whatever
+// else is waiting.
+func (m *Manager) recheck(ctx context.Context, host HostID, tags []cci.Tag) {
+	for _, tag := range tags {
+		k := hostTag{host, tag}
+		m.mu.Lock()
+		if f := m.flows[k]; (f != nil && f.kind == flowRelease) || m.rechecks[k] {
+			// A release flow of this very grant checks the device
+			// itself before it records anything.
+			m.mu.Unlock()
+			continue
+		}
+		m.rechecks[k] = true
+		m.mu.Unlock()
+		m.bg.Add(1)
+		go func() {
+			defer m.bg.Done()
+			err := m.settleTag(ctx, k)
+			m.mu.Lock()
+			delete(m.rechecks, k)
+			m.mu.Unlock()
+			if err != nil && ctx.Err() == nil {
+				m.log.Warn("settling after a device event; reconciling everything", "host", host, "tag", tag, "err", err)
+				m.requestReconcile()
+			}
+		}()
+	}
+}
+
+// settleTag settles one (host, tag) pair: the chunk the tag names, if a
+// live one does, is found first.
+func (m *Manager) settleTag(ctx context.Context, k hostTag) error {
+	chunks, err := m.cfg.Ledger.Chunks(ctx)
+	if err != nil {
+		return err
+	}
+	var c *Chunk
+	for i := range chunks {
+		if chunks[i].Tag == k.tag {
+			c = &chunks[i]
+			break
+		}
+	}
+	var rep ReconcileReport
+	return m.settle(ctx, k.host, k.tag, c, &rep)
+}
+
 func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 	switch ev.Kind {
 	case fabric.EventAddResponse, fabric.EventCapacityReleased:
 		m.mu.Lock()
-		waiting := len(m.waiters[HostID(ev.Host)]) > 0
 		for ch := range m.waiters[HostID(ev.Host)] {
 			select {
 			case ch <- ev:
@@ -895,12 +1029,26 @@ func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 			}
 		}
 		m.mu.Unlock()
-		if !waiting && ev.Kind == fabric.EventCapacityReleased {
-			// Nobody asked for this release: the host gave capacity back
-			// on its own. The ledger must stop reporting it as granted.
-			m.log.Warn("host released capacity on its own", "host", ev.Host, "extents", len(ev.Extents))
-			m.requestReconcile()
+		if ev.Kind != fabric.EventCapacityReleased {
+			return
 		}
+		// Whatever flows are waiting on this host, the tags the event
+		// names are settled against the ledger: a flow of another grant
+		// ignores them, and nothing else would notice that the host gave
+		// capacity back on its own.
+		var tags []cci.Tag
+		seen := make(map[cci.Tag]bool)
+		for _, e := range ev.Extents {
+			if !seen[e.Tag] {
+				seen[e.Tag] = true
+				tags = append(tags, e.Tag)
+			}
+		}
+		if len(tags) == 0 {
+			m.requestReconcile()
+			return
+		}
+		m.recheck(ctx, HostID(ev.Host), tags)
 	case fabric.EventLinkChange:
 		m.mu.Lock()
 		// Copy on write: Box() hands out the slice to readers.
@@ -931,9 +1079,7 @@ func (m *Manager) handleEvent(ctx context.Context, ev fabric.Event) {
 		if err != nil {
 			m.log.Error("rediscover after reset", "err", err)
 		}
-		if _, err := m.Reconcile(ctx); err != nil {
-			m.log.Error("reconcile", "err", err)
-		}
+		m.requestReconcile()
 	}
 }
 

@@ -236,6 +236,10 @@ func TestPartialAccept(t *testing.T) {
 		if _, err := s.m.Release(ctx, gs[0].ID); err != nil {
 			t.Fatalf("Release: %v", err)
 		}
+		// A chunk owns its blocks until it is deleted.
+		if err := s.m.DeleteChunk(ctx, cs[i].ID); err != nil {
+			t.Fatalf("DeleteChunk: %v", err)
+		}
 	}
 	s.box.Host(1).SetPolicy(sim.Policy{Mode: sim.AcceptPart, AcceptN: 1})
 	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: 4 * blk, Region: 0})

@@ -162,7 +162,7 @@ func TestEndToEnd(t *testing.T) {
 }
 
 func TestReleaseRevokesAndSanitizes(t *testing.T) {
-	for _, via := range []string{"BeforeRelease", "notification"} {
+	for _, via := range []string{"Leaving", "notification"} {
 		t.Run(via, func(t *testing.T) {
 			e := newE2E(t)
 			ctx := context.Background()
@@ -182,8 +182,8 @@ func TestReleaseRevokesAndSanitizes(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if via == "BeforeRelease" {
-				if err := e.svc.BeforeRelease(ctx, g.ID); err != nil {
+			if via == "Leaving" {
+				if err := e.svc.Leaving(ctx, g, false, func() error { return nil }); err != nil {
 					t.Fatal(err)
 				}
 			}

@@ -2,6 +2,7 @@ package rdma
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"sync"
@@ -60,6 +61,7 @@ func (g *gate) close() {
 // segment is one device extent's part of an export, mapped.
 type segment struct {
 	off uint64 // export offset of b[0]
+	dpa uint64 // device physical address of b[0]
 	b   []byte
 }
 
@@ -108,8 +110,30 @@ func newHandle(exp Export, hash TokenHash, extents []cci.Extent, mem Memory, clo
 	if !exp.Expiry.IsZero() {
 		h.expiry = exp.Expiry.UnixNano()
 	}
-	skip, left := exp.Offset, exp.Length
+	ranges, left := layout(extents, exp.Offset, exp.Length)
 	var off uint64
+	for _, r := range ranges {
+		b, err := mem.Bytes(r.DPA, r.Length)
+		if err != nil {
+			return nil, fmt.Errorf("rdma: map %#x bytes at DPA %#x: %w", r.Length, r.DPA, err)
+		}
+		h.segs = append(h.segs, segment{off: off, dpa: r.DPA, b: b})
+		off += r.Length
+	}
+	if left != 0 {
+		return nil, fmt.Errorf("rdma: export %#x+%#x beyond the chunk's %#x bytes: %w",
+			exp.Offset, exp.Length, exp.Offset+exp.Length-left, ErrInvalid)
+	}
+	h.g.drained = make(chan struct{})
+	h.ctx, h.cancel = context.WithCancel(context.Background())
+	return h, nil
+}
+
+// layout lays length bytes at offset off of a chunk's capacity (extents
+// in export order) over device addresses: one range per extent it
+// touches. left is what did not fit (0 when the extents cover it).
+func layout(extents []cci.Extent, off, length uint64) (ranges []dcd.DPARange, left uint64) {
+	skip, left := off, length
 	for _, e := range extents {
 		if left == 0 {
 			break
@@ -119,22 +143,11 @@ func newHandle(exp Export, hash TokenHash, extents []cci.Extent, mem Memory, clo
 			continue
 		}
 		n := min(e.Length-skip, left)
-		b, err := mem.Bytes(e.DPA+skip, n)
-		if err != nil {
-			return nil, fmt.Errorf("rdma: map extent %#x+%#x: %w", e.DPA, e.Length, err)
-		}
-		h.segs = append(h.segs, segment{off: off, b: b})
-		off += n
+		ranges = append(ranges, dcd.DPARange{DPA: e.DPA + skip, Length: n})
 		left -= n
 		skip = 0
 	}
-	if left != 0 {
-		return nil, fmt.Errorf("rdma: export %#x+%#x beyond the chunk's %#x bytes: %w",
-			exp.Offset, exp.Length, exp.Offset+exp.Length-left, ErrInvalid)
-	}
-	h.g.drained = make(chan struct{})
-	h.ctx, h.cancel = context.WithCancel(context.Background())
-	return h, nil
+	return ranges, left
 }
 
 // Export describes the export (with its token zeroed).
@@ -314,6 +327,25 @@ func (h *Handle) revoke(ctx context.Context) error {
 	case <-ctx.Done():
 		return fmt.Errorf("rdma: revoke %s: accesses still in flight: %w", h.exp.ID, ctx.Err())
 	}
+}
+
+// scrub zeroes what the export could write, once it is revoked and
+// drained: the device had already given the capacity back when the export
+// was cut, so writes that reached it after the device's sanitize must not
+// be found by the next holder of these blocks.
+func (h *Handle) scrub(mem Memory) error {
+	if !h.exp.Perms.Has(PermWrite) {
+		return nil
+	}
+	var errs []error
+	for _, sg := range h.segs {
+		if z, ok := mem.(Zeroer); ok {
+			errs = append(errs, z.Zero(sg.dpa, uint64(len(sg.b))))
+			continue
+		}
+		clear(sg.b)
+	}
+	return errors.Join(errs...)
 }
 
 // Revoked reports whether revocation has started.

@@ -70,6 +70,29 @@ func (m *Mapping) Bytes(dpa, n uint64) ([]byte, error) {
 	return m.mem[o : o+n : o+n], nil
 }
 
+// Zeroer is a Memory that can zero a range without writing every byte
+// (a sparse memfd gives its pages back).
+type Zeroer interface {
+	Zero(dpa, n uint64) error
+}
+
+// Zero implements Zeroer: the range's pages are removed from a memfd or
+// tmpfs file (they read zero afterwards and cost nothing), or written with
+// zeros where the file cannot drop them (a DAX device).
+func (m *Mapping) Zero(dpa, n uint64) error {
+	b, err := m.Bytes(dpa, n)
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return nil
+	}
+	if err := unix.Madvise(b, unix.MADV_REMOVE); err != nil {
+		clear(b)
+	}
+	return nil
+}
+
 // Close unmaps the memory. The caller must have revoked every export that
 // uses it first (Service.Close): a slice used after Close faults.
 func (m *Mapping) Close() error {

@@ -79,6 +79,39 @@ type Service struct {
 	exports map[ExportID]*Handle
 	byChunk map[dcd.ChunkID]map[ExportID]*Handle
 	closed  bool
+
+	// chunkMu serialises, per chunk, creating an export (read the grants,
+	// register) with a host's capacity leaving (decide, revoke, record),
+	// so neither acts on what the other is about to change.
+	chunkMu sync.Mutex
+	chunkL  map[dcd.ChunkID]*chunkLock
+}
+
+// chunkLock is one chunk's lock, with a count of its users so the map
+// does not grow with every chunk ever exported.
+type chunkLock struct {
+	sync.Mutex
+	users int
+}
+
+func (s *Service) lockChunk(c dcd.ChunkID) func() {
+	s.chunkMu.Lock()
+	l := s.chunkL[c]
+	if l == nil {
+		l = &chunkLock{}
+		s.chunkL[c] = l
+	}
+	l.users++
+	s.chunkMu.Unlock()
+	l.Lock()
+	return func() {
+		l.Unlock()
+		s.chunkMu.Lock()
+		if l.users--; l.users == 0 {
+			delete(s.chunkL, c)
+		}
+		s.chunkMu.Unlock()
+	}
 }
 
 // NewService returns a Service; call Run to keep it consistent with the
@@ -105,7 +138,8 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.DrainTimeout <= 0 {
 		cfg.DrainTimeout = 10 * time.Second
 	}
-	s := &Service{cfg: cfg, log: cfg.Logger, exports: map[ExportID]*Handle{}, byChunk: map[dcd.ChunkID]map[ExportID]*Handle{}}
+	s := &Service{cfg: cfg, log: cfg.Logger, exports: map[ExportID]*Handle{}, byChunk: map[dcd.ChunkID]map[ExportID]*Handle{},
+		chunkL: map[dcd.ChunkID]*chunkLock{}}
 	if _, err := io.ReadFull(cfg.Rand, s.decoy[:]); err != nil {
 		return nil, fmt.Errorf("rdma: random: %w", err)
 	}
@@ -132,6 +166,10 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 	if !r.Expiry.IsZero() && !r.Expiry.After(now) {
 		return Export{}, fmt.Errorf("rdma: expiry %s is not in the future: %w", r.Expiry.Format(time.RFC3339), ErrInvalid)
 	}
+	// From reading the grants to registering, no host's capacity of the
+	// chunk leaves (Leaving waits), so the export never starts on
+	// capacity whose release is already recorded.
+	defer s.lockChunk(r.Chunk)()
 	extents, granted, err := s.chunkExtents(ctx, r.Chunk)
 	if err != nil {
 		return Export{}, err
@@ -165,16 +203,6 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 	}
 	if err := s.register(h); err != nil {
 		return Export{}, err
-	}
-	// A release may have been recorded between reading the grants and
-	// registering the export, and its notification already handled:
-	// check again now that a notification would find the export.
-	if err := s.check(ctx, exp.Chunk); err != nil || h.Revoked() {
-		_ = s.drop(context.WithoutCancel(ctx), exp.ID)
-		if err == nil {
-			err = ErrNoExtents
-		}
-		return Export{}, fmt.Errorf("rdma: export chunk %d: %w", exp.Chunk, err)
 	}
 	if s.cfg.Store != nil {
 		// Saved only now that it passed the check; if the service
@@ -402,34 +430,52 @@ func (s *Service) revokeChunk(ctx context.Context, chunk dcd.ChunkID, revoke fun
 	return n, errors.Join(errs...)
 }
 
-// BeforeRelease revokes the exports that would lose their memory if grant
-// were released: all of its chunk's exports when no other granted grant of
-// the chunk keeps the capacity on the device. Call it before
-// dcd.Manager.BeginRelease: then no export can reach the capacity after
-// the device sanitizes it and hands it to someone else. (Run revokes on
-// the release notification too, but that races with the device.)
-func (s *Service) BeforeRelease(ctx context.Context, grant dcd.GrantID) error {
-	g, err := s.cfg.Ledger.Grant(ctx, grant)
-	if err != nil {
-		return fmt.Errorf("rdma: grant %d: %w", grant, err)
-	}
+// Leaving implements dcd.CapacityGuard: grant g's capacity is about to
+// leave its host. Unless another granted grant of the chunk keeps the
+// capacity on the device, every export of the chunk is revoked (in-flight
+// accesses drained) before record runs; gone says the device has already
+// given the capacity back, so what a writable export may have written
+// since is zeroed too. The decision, the revocation and record are one
+// step per chunk: Create waits for it, and two holders leaving at once
+// each see the other's record (the second revokes).
+func (s *Service) Leaving(ctx context.Context, g dcd.Grant, gone bool, record func() error) error {
+	defer s.lockChunk(g.Chunk)()
 	s.mu.RLock()
-	n := len(s.byChunk[g.Chunk])
+	var hs []*Handle
+	for _, h := range s.byChunk[g.Chunk] {
+		hs = append(hs, h)
+	}
 	s.mu.RUnlock()
-	if n == 0 {
-		return nil
-	}
-	others, err := s.cfg.Ledger.Grants(ctx, dcd.GrantFilter{Chunk: g.Chunk, Active: true})
-	if err != nil {
-		return fmt.Errorf("rdma: chunk %d grants: %w", g.Chunk, err)
-	}
-	for _, o := range others {
-		if o.ID != g.ID && o.State == dcd.GrantGranted {
-			return nil
+	if len(hs) > 0 {
+		others, err := s.cfg.Ledger.Grants(ctx, dcd.GrantFilter{Chunk: g.Chunk, Active: true})
+		if err != nil {
+			return fmt.Errorf("rdma: chunk %d grants: %w", g.Chunk, err)
+		}
+		kept := false
+		for _, o := range others {
+			kept = kept || (o.ID != g.ID && o.State == dcd.GrantGranted)
+		}
+		if !kept {
+			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cfg.DrainTimeout)
+			defer cancel()
+			var errs []error
+			for _, h := range hs {
+				err := s.drop(dctx, h.exp.ID)
+				if errors.Is(err, ErrNotFound) {
+					err = h.revoke(dctx) // revoked meanwhile: wait for its drain all the same
+				}
+				if err == nil && gone {
+					err = h.scrub(s.cfg.Memory)
+				}
+				errs = append(errs, err)
+			}
+			if err := errors.Join(errs...); err != nil {
+				return fmt.Errorf("rdma: cutting the exports of chunk %d: %w", g.Chunk, err)
+			}
+			s.log.Info("exports revoked: their capacity leaves the device", "chunk", g.Chunk, "grant", g.ID, "exports", len(hs), "gone", gone)
 		}
 	}
-	_, err = s.revokeChunk(ctx, g.Chunk, s.drop)
-	return err
+	return record()
 }
 
 // check revokes the chunk's exports whose device extents changed or went

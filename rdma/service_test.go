@@ -433,20 +433,23 @@ func TestLedgerConsistency(t *testing.T) {
 	}
 }
 
-func TestBeforeRelease(t *testing.T) {
+// noRecord stands for the ledger write Leaving guards.
+func noRecord() error { return nil }
+
+func TestLeaving(t *testing.T) {
 	ctx := context.Background()
 	env := fake.NewEnv(t, rdma.Config{})
 	g := env.Grant
 	other := env.Ledger.AddGrant(env.Chunk.ID, 3, dcd.GrantGranted, g.Extents...)
 	x := env.Export(t, rdma.PermRead)
-	if err := env.Service.BeforeRelease(ctx, other.ID); err != nil {
+	if err := env.Service.Leaving(ctx, other, false, noRecord); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Service.Get(x.ID); err != nil {
 		t.Fatalf("export revoked while another host keeps the capacity: %v", err)
 	}
 	env.Ledger.SetState(other.ID, dcd.GrantReleased)
-	if err := env.Service.BeforeRelease(ctx, g.ID); err != nil {
+	if err := env.Service.Leaving(ctx, g, false, noRecord); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := env.Service.Get(x.ID); !errors.Is(err, rdma.ErrNotFound) {

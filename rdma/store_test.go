@@ -211,7 +211,7 @@ func TestAutomaticRevocationDeletesRecord(t *testing.T) {
 		revoke func(t *testing.T, env *fake.Env, clk *clock)
 	}{
 		{"before release", func(t *testing.T, env *fake.Env, _ *clock) {
-			if err := env.Service.BeforeRelease(ctx, env.Grant.ID); err != nil {
+			if err := env.Service.Leaving(ctx, env.Grant, false, noRecord); err != nil {
 				t.Fatal(err)
 			}
 		}},

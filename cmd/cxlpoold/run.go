@@ -15,6 +15,7 @@ import (
 	"cxlpool/api"
 	"cxlpool/appliance"
 	"cxlpool/internal/bytesize"
+	"cxlpool/internal/lograte"
 	"cxlpool/sim"
 )
 
@@ -50,7 +51,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	log := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	var handler slog.Handler = slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})
+	if level > slog.LevelDebug {
+		// A failure that repeats (a device link that drops as soon as
+		// it is up, a flood of refused connections) writes its first
+		// lines and then a count, not a line per occurrence; debug
+		// logging shows every step.
+		handler = lograte.New(handler, lograte.Options{})
+	}
+	log := slog.New(handler)
 	workload, err := appliance.ParseSimWorkload(*simWorkload)
 	if err != nil {
 		return fmt.Errorf("--sim-workload: %w", err)
@@ -110,6 +119,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Telemetry: tel,
 		Board:     app.Board,
 		LocalCXL:  localCXL(), // image.go
+		// The check after reconcile; violations become an event.
+		StartCheck: app.StartCheck,
 	}
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot

@@ -3,6 +3,7 @@
 // DSP0253-framed MCTP byte stream on a TCP or Unix socket.
 //
 //	cxlsim --listen tcp://127.0.0.1:0 --host-policy 3=reject,5=part:1
+//	cxlsim --listen tcp://127.0.0.1:0 --sanitize-on-release none --sor-configurable 1
 package main
 
 import (
@@ -52,6 +53,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	eid := fs.Uint("eid", uint(def.EID), "MCTP endpoint ID of the box")
 	policies := policyValue{}
 	fs.Var(&policies, "host-policy", "host answer policy LD=MODE[:N][@DELAY], MODE accept|part|reject|never; repeatable or comma separated")
+	sor := regionSet{all: true}
+	fs.Var(&sor, "sanitize-on-release", "regions whose Sanitize on Release starts on: all, none or a list such as 0,2")
+	sorConf := regionSet{all: true}
+	fs.Var(&sorConf, "sor-configurable", "regions whose Sanitize on Release the FM may change (5602h): all, none or a list")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -79,6 +84,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	cfg.Capacity = uint64(capacity)
 	cfg.BlockSize = uint64(blockSize)
 	cfg.Regions = *regions
+	if cfg.SanitizeOnRelease, err = sor.perRegion(*regions); err != nil {
+		return fmt.Errorf("--sanitize-on-release: %w", err)
+	}
+	if cfg.SoRConfigurable, err = sorConf.perRegion(*regions); err != nil {
+		return fmt.Errorf("--sor-configurable: %w", err)
+	}
 	cfg.Serial = sn
 	cfg.EID = mctp.EID(*eid)
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: lvl}))
@@ -175,4 +186,59 @@ func parsePolicy(s string) (int, sim.Policy, error) {
 		return 0, pol, fmt.Errorf("host policy %q: mode %s takes no argument", s, mode)
 	}
 	return ld, pol, nil
+}
+
+// regionSet is a set of DC regions on the command line: all, none, or a
+// comma-separated list of region indices.
+type regionSet struct {
+	all     bool
+	regions []int
+}
+
+func (r *regionSet) String() string {
+	if r.all {
+		return "all"
+	}
+	if len(r.regions) == 0 {
+		return "none"
+	}
+	parts := make([]string, len(r.regions))
+	for i, n := range r.regions {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (r *regionSet) Set(v string) error {
+	*r = regionSet{}
+	switch v = strings.TrimSpace(v); v {
+	case "all":
+		r.all = true
+		return nil
+	case "none", "":
+		return nil
+	}
+	for _, item := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(item))
+		if err != nil || n < 0 {
+			return fmt.Errorf("region %q: want all, none or region numbers such as 0,2", item)
+		}
+		r.regions = append(r.regions, n)
+	}
+	return nil
+}
+
+// perRegion is the set as sim.Config's per-region flags for n regions.
+func (r *regionSet) perRegion(n int) ([]bool, error) {
+	out := make([]bool, max(n, 0))
+	for i := range out {
+		out[i] = r.all
+	}
+	for _, idx := range r.regions {
+		if idx >= n {
+			return nil, fmt.Errorf("no region %d (regions: %d)", idx, n)
+		}
+		out[idx] = true
+	}
+	return out, nil
 }

@@ -66,6 +66,8 @@ func Run(t *testing.T, open func(t *testing.T) dcd.Ledger) {
 		{"Capacity", s.testCapacity},
 		{"CapacityFreedByDelete", s.testCapacityFreedByDelete},
 		{"DeleteChunk", s.testDeleteChunk},
+		{"Placement", s.testPlacement},
+		{"PlacementAvoidsOrphans", s.testPlacementAvoidsOrphans},
 		{"BeginGrant", s.testBeginGrant},
 		{"BeginGrantChecked", s.testBeginGrantChecked},
 		{"AdoptGrant", s.testAdoptGrant},
@@ -319,6 +321,7 @@ func (s suite) testCreateChunkFields(t *testing.T) {
 	}
 	want := in
 	want.ID, want.Tag = c.ID, c.Tag
+	want.Extents = []cci.Extent{{DPA: Base1, Length: 4 * Block, Tag: c.Tag}}
 	if diff := cmp.Diff(want, c, ignoreTimes); diff != "" {
 		t.Errorf("CreateChunk mismatch (-want +got):\n%s", diff)
 	}
@@ -1025,5 +1028,59 @@ func (s suite) testAdoptGrant(t *testing.T) {
 	} {
 		_, err := l.AdoptGrant(ctx, tc.chunk, tc.host, exts)
 		checkErr(t, "AdoptGrant "+tc.name, err, tc.want...)
+	}
+}
+
+// testPlacement: every chunk gets whole blocks of its region, tagged with
+// its tag, that no other live chunk has; a deleted chunk's blocks are
+// placed again; a sharable chunk's extents carry their shared sequence.
+func (s suite) testPlacement(t *testing.T) {
+	l := s.synced(t)
+	ctx := t.Context()
+	a := mustChunk(t, l, Region0, 4*Block, false)
+	b := mustChunk(t, l, Region0, 8*Block, false)
+	c := mustChunk(t, l, Region0, 2*Block, false)
+	checkErr(t, "DeleteChunk", l.DeleteChunk(ctx, b.ID))
+	d := mustChunk(t, l, Region0, 10*Block, false) // b's 8 blocks and 2 more after c
+	sh := mustChunk(t, l, Region1, 3*Block, true)
+	got := map[string][]cci.Extent{}
+	for _, x := range []dcd.Chunk{a, c, d, sh} {
+		back, err := l.Chunk(ctx, x.ID)
+		checkErr(t, "Chunk", err)
+		if diff := cmp.Diff(x.Extents, back.Extents); diff != "" {
+			t.Errorf("chunk %d placement read back differs (-created +read):\n%s", x.ID, diff)
+		}
+		got[x.Name+fmt.Sprint(x.ID)] = x.Extents
+	}
+	want := map[string][]cci.Extent{
+		a.Name + fmt.Sprint(a.ID):   {{DPA: Base0, Length: 4 * Block, Tag: a.Tag}},
+		c.Name + fmt.Sprint(c.ID):   {{DPA: Base0 + 12*Block, Length: 2 * Block, Tag: c.Tag}},
+		d.Name + fmt.Sprint(d.ID):   {{DPA: Base0 + 4*Block, Length: 8 * Block, Tag: d.Tag}, {DPA: Base0 + 14*Block, Length: 2 * Block, Tag: d.Tag}},
+		sh.Name + fmt.Sprint(sh.ID): {{DPA: Base1, Length: 3 * Block, Tag: sh.Tag}},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("placements mismatch (-want +got):\n%s", diff)
+	}
+	all, err := l.Chunks(ctx)
+	checkErr(t, "Chunks", err)
+	for _, x := range all {
+		if x.ID == d.ID && len(x.Extents) != 2 {
+			t.Errorf("Chunks: chunk %d has %d extents, want 2", x.ID, len(x.Extents))
+		}
+	}
+}
+
+// testPlacementAvoidsOrphans: capacity the device holds under no ledger
+// row is never placed again.
+func (s suite) testPlacementAvoidsOrphans(t *testing.T) {
+	l := s.synced(t)
+	ctx := t.Context()
+	tag := cci.NewTag()
+	checkErr(t, "RecordOrphan", l.RecordOrphan(ctx, dcd.Orphan{Host: 1, Tag: tag,
+		Extents: []cci.Extent{{DPA: Base0, Length: 2 * Block, Tag: tag}}}))
+	c := mustChunk(t, l, Region0, 2*Block, false)
+	want := []cci.Extent{{DPA: Base0 + 2*Block, Length: 2 * Block, Tag: c.Tag}}
+	if diff := cmp.Diff(want, c.Extents); diff != "" {
+		t.Errorf("placement beside an orphan mismatch (-want +got):\n%s", diff)
 	}
 }

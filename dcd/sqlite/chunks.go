@@ -39,6 +39,10 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 		if c.Size > free {
 			return fmt.Errorf("%d bytes free in the region: %w", free, dcd.ErrNoCapacity)
 		}
+		spans, err := place(ctx, tx, r, c.Size)
+		if err != nil {
+			return err
+		}
 		if c.Tag.IsZero() {
 			c.Tag = cci.NewTag()
 		} else {
@@ -57,8 +61,12 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 			return err
 		}
 		id, err := res.LastInsertId()
+		if err != nil {
+			return err
+		}
 		c.ID = dcd.ChunkID(id)
-		return err
+		c.Extents = placementExtents(c, spans)
+		return insertPlacement(ctx, tx, c.ID, spans)
 	})
 	if err != nil {
 		return dcd.Chunk{}, fmt.Errorf("ledger: create chunk %q region %d size %d: %w", c.Name, c.Region, c.Size, err)
@@ -144,6 +152,9 @@ func getChunk(ctx context.Context, tx *Tx, id dcd.ChunkID) (dcd.Chunk, error) {
 	if errors.Is(err, sql.ErrNoRows) {
 		err = dcd.ErrNotFound
 	}
+	if err == nil {
+		err = loadPlacement(ctx, tx, &c)
+	}
 	if err != nil {
 		return dcd.Chunk{}, fmt.Errorf("chunk %d: %w", id, err)
 	}
@@ -180,7 +191,10 @@ func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
 			}
 			chunks = append(chunks, c)
 		}
-		return rows.Err()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		return loadPlacements(ctx, tx, chunks)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("ledger: chunks: %w", err)
@@ -208,6 +222,33 @@ func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: delete chunk %d: %w", id, err)
+	}
+	return nil
+}
+
+// loadPlacements fills the placement of every chunk in chunks (sorted by
+// ID) with one query.
+func loadPlacements(ctx context.Context, tx *Tx, chunks []dcd.Chunk) error {
+	rows, err := tx.QueryContext(ctx, `SELECT ce.chunk, ce.dpa, ce.length FROM chunk_extents ce
+		JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL ORDER BY ce.chunk, ce.idx`)
+	if err != nil {
+		return fmt.Errorf("placements: %w", err)
+	}
+	defer rows.Close()
+	spans := make(map[dcd.ChunkID][]span)
+	for rows.Next() {
+		var id dcd.ChunkID
+		var dpa, length int64
+		if err := rows.Scan(&id, &dpa, &length); err != nil {
+			return fmt.Errorf("placements: %w", err)
+		}
+		spans[id] = append(spans[id], span{u64(dpa), u64(length)})
+	}
+	if err := rows.Err(); err != nil {
+		return fmt.Errorf("placements: %w", err)
+	}
+	for i := range chunks {
+		chunks[i].Extents = placementExtents(chunks[i], spans[chunks[i].ID])
 	}
 	return nil
 }

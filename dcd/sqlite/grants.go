@@ -30,6 +30,13 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 		if err != nil {
 			return err
 		}
+		if len(c.Extents) == 0 && holders == 0 {
+			// Reserved before chunks were placed: place it now, so
+			// its add is prescriptive like every other.
+			if c.Extents, err = placeLate(ctx, tx, c); err != nil {
+				return err
+			}
+		}
 		quota, err := effectiveQuota(ctx, tx, h) // its own, else the default
 		if err != nil {
 			return err

@@ -13,7 +13,29 @@ import (
 // append a new one (one line here plus its SQL).
 var migrations = []string{
 	migration1,
+	migration2,
 }
+
+// migration2 gives chunks a placement: the DPA ranges the ledger chose for
+// them, added prescriptively (see dcd.Chunk). A chunk that some host holds
+// keeps where the device put it (the extents of its oldest holding grant);
+// a chunk nobody holds gets its placement at its next grant.
+const migration2 = `
+CREATE TABLE chunk_extents (
+	chunk  INTEGER NOT NULL REFERENCES chunks (id),
+	idx    INTEGER NOT NULL,
+	dpa    INTEGER NOT NULL,
+	length INTEGER NOT NULL CHECK (length <> 0),
+	PRIMARY KEY (chunk, idx)
+) STRICT;
+INSERT INTO chunk_extents (chunk, idx, dpa, length)
+	SELECT g.chunk, e.idx, e.dpa, e.length FROM extents e JOIN grants g ON g.id = e.grant_id
+	WHERE g.id IN (
+		SELECT min(h.id) FROM grants h JOIN chunks c ON c.id = h.chunk
+		WHERE c.deleted IS NULL AND h.state IN ('granted', 'releasing')
+			AND EXISTS (SELECT 1 FROM extents x WHERE x.grant_id = h.id)
+		GROUP BY h.chunk);
+`
 
 // migration1 is the first schema. Unsigned 64-bit quantities are stored
 // bit-for-bit in INTEGER columns (see i64), times as Unix nanoseconds.

@@ -14,6 +14,7 @@ const (
 	qExtents       = `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`
 	qDeleteExtents = `DELETE FROM extents WHERE grant_id = ?`
 	qInsertExtent  = `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`
+	qChunkExtents  = `SELECT dpa, length FROM chunk_extents WHERE chunk = ? ORDER BY idx`
 	qHeartbeat     = `INSERT INTO meta (key, value) VALUES ('heartbeat', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 )
 
@@ -26,6 +27,6 @@ func qMove(n int) string {
 // hotStatements lists what prepare readies: the constants above and the
 // grant moves the ledger makes (from one state, or from any active one).
 func hotStatements() []string {
-	return []string{qChunk, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
+	return []string{qChunk, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
 		qDeleteExtents, qInsertExtent, qHeartbeat, qMove(1), qMove(3)}
 }

@@ -2,6 +2,7 @@ package fm
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 
@@ -52,7 +53,12 @@ func (c *Client) Extents(ctx context.Context, host uint16) (fabric.ExtentList, e
 		for start := uint32(0); ; {
 			req := &cci.GetDCRegionExtentListsReq{HostID: host, Count: per, Start: start}
 			var resp cci.GetDCRegionExtentListsResp
-			if err := c.Do(ctx, cci.OpGetDCRegionExtentLists, req, &resp); err != nil {
+			err := c.Do(ctx, cci.OpGetDCRegionExtentLists, req, &resp)
+			if start > 0 && errors.Is(err, cci.InvalidInput) {
+				consistent = false // shrank below start: read it again
+				break
+			}
+			if err != nil {
 				return fabric.ExtentList{}, fmt.Errorf("fm: extents of host %d: %w", host, err)
 			}
 			if start == 0 {
@@ -94,7 +100,14 @@ func (c *Client) Tags(ctx context.Context) (fabric.TagList, error) {
 		consistent := true
 		for start := uint32(0); ; {
 			var resp cci.ListTagsResp
-			if err := c.Do(ctx, cci.OpDCListTags, &cci.ListTagsReq{Start: start, Max: per}, &resp); err != nil {
+			err := c.Do(ctx, cci.OpDCListTags, &cci.ListTagsReq{Start: start, Max: per}, &resp)
+			if start > 0 && errors.Is(err, cci.InvalidInput) {
+				// The list shrank below start since the last page:
+				// it changed, so read it again from the top.
+				consistent = false
+				break
+			}
+			if err != nil {
 				return fabric.TagList{}, fmt.Errorf("fm: tags: %w", err)
 			}
 			if start == 0 {

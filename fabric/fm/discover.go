@@ -23,8 +23,9 @@ const (
 // Discover runs the discovery sequence of cxl-wire.md §1.5 and §3.7–§3.8:
 // Identify (waiting out Retry Required), Set Response Message Limit, the
 // Command Effects Log, Identify Memory Device, the LD map and heads, DCD
-// info and the region configuration, and finally it enables event
-// notifications and drains the event logs once, which re-arms them.
+// info and the region configuration (turning Sanitize on Release on where
+// it is off and may be changed: configureRegions), and finally it enables
+// event notifications and drains the event logs once, which re-arms them.
 func (c *Client) Discover(ctx context.Context) (fabric.Box, error) {
 	var box fabric.Box
 	id, err := c.identify(ctx)
@@ -77,6 +78,9 @@ func (c *Client) Discover(ctx context.Context) (fabric.Box, error) {
 		return box, fmt.Errorf("fm: discover: dynamic capacity: %w", err)
 	}
 	if err := c.readRegions(ctx, info, &box); err != nil {
+		return box, err
+	}
+	if err := c.configureRegions(ctx, info, &box); err != nil {
 		return box, err
 	}
 
@@ -310,6 +314,59 @@ func (c *Client) readRegions(ctx context.Context, info cci.GetDCDInfoResp, box *
 			})
 		}
 		start += len(resp.Regions)
+	}
+	return nil
+}
+
+// configureRegions turns Sanitize on Release on (Set DC Region
+// Configuration, 5602h) in every region where it is off and the device lets
+// it be changed. The FM asks for sanitize in each release it sends, but a
+// host that gives capacity back on its own (4803h) is sanitized only by the
+// region's setting: with it off, the next host given those blocks reads the
+// previous one's data. 5602h also sets the block size, so the current one
+// is sent back unchanged. The device refuses while a region holds capacity
+// on any LD (Unsupported, cxl-wire.md §3.8); such a region, like one whose
+// setting is fixed, keeps SoR off, is logged as a warning and is refused
+// for new chunks by the capacity manager (dcd's allocation rule). The
+// regions are read again after a change, so box.Regions is what the device
+// says, never what the FM asked for.
+func (c *Client) configureRegions(ctx context.Context, info cci.GetDCDInfoResp, box *fabric.Box) error {
+	why := make(map[int]string)
+	changed := false
+	for _, r := range box.Regions {
+		if r.SanitizeOnRelease {
+			continue
+		}
+		if !r.SoRConfigurable {
+			why[r.Index] = "the device does not let it be changed"
+			continue
+		}
+		req := &cci.SetDCRegionConfigReq{Region: uint8(r.Index), BlockSize: r.BlockSize, SanitizeOnRelease: true}
+		if err := c.Do(ctx, cci.OpSetDCRegionConfig, req, &cci.SetDCRegionConfigResp{}); err != nil {
+			if ctx.Err() != nil {
+				return fmt.Errorf("fm: discover: region %d: %w", r.Index, err)
+			}
+			why[r.Index] = "the device refused to turn it on: " + err.Error()
+			continue
+		}
+		changed = true
+	}
+	if changed {
+		box.Regions = box.Regions[:0:0] // a fresh slice: readers may hold the old one
+		if err := c.readRegions(ctx, info, box); err != nil {
+			return err
+		}
+	}
+	for _, r := range box.Regions {
+		if r.SanitizeOnRelease {
+			continue
+		}
+		reason, ok := why[r.Index]
+		if !ok {
+			reason = "the device accepted the change but still reports it off"
+		}
+		c.log.Warn("fm: region does not sanitize capacity a host releases itself (Sanitize on Release is off); no new chunks will be placed in it",
+			"region", r.Index, "why", reason)
 	}
 	return nil
 }

@@ -17,10 +17,25 @@
 // so a slow client never holds up a revoke. Deadlines, a per-connection
 // bound on queued responses and sessions, and a server bound on
 // connections keep one slow or dead client from stalling anyone else.
+//
+// Admission: the port is reachable by anyone, so a connection is "pending"
+// until its first OPEN with a valid token succeeds, and pending connections
+// are kept apart from authenticated ones (see gate.go). A pending
+// connection must finish its handshake (preface and a successful OPEN)
+// within HandshakeTimeout, may send only small requests, and costs a few
+// hundred bytes of buffers (the full buffers come with the first session).
+// Pending connections have their own budget, in total and per source
+// address; when it is full the newest connection is kept and the oldest
+// pending one of the source holding the most is closed, so a flood of idle
+// connections never keeps a client that presents a valid token out: it
+// only has to finish its handshake before its source's turn comes.
+// Authenticated connections count against MaxConns only, which pending
+// ones never touch.
 package tcp
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -61,8 +76,19 @@ type Config struct {
 	// IOTimeout bounds a read blocked inside a request and every write
 	// [30 s].
 	IOTimeout time.Duration
-	// MaxConns bounds concurrent connections [1024].
+	// MaxConns bounds concurrent authenticated connections (those whose
+	// OPEN with a valid token succeeded) [1024]. An OPEN past it is
+	// answered StatusBusy and the connection closed.
 	MaxConns int
+	// HandshakeTimeout is how long a new connection has to send its
+	// preface and open its first session [2 s].
+	HandshakeTimeout time.Duration
+	// MaxPending bounds connections that have not opened a session yet
+	// [256]; MaxPendingPerSource bounds them per source address (an IPv4
+	// address, an IPv6 /64) [16]. Past either bound the oldest pending
+	// connection of the source holding the most is closed to make room.
+	MaxPending          int
+	MaxPendingPerSource int
 	// MaxSessions bounds open sessions per connection [64].
 	MaxSessions int
 	// MaxQueued is how many responses a connection gathers before it
@@ -77,9 +103,9 @@ type Config struct {
 
 // Server serves exports over TCP.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	conns atomic.Int64
+	cfg  Config
+	log  *slog.Logger
+	gate gate
 
 	mu        sync.Mutex
 	listeners map[net.Listener]struct{}
@@ -108,11 +134,17 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	def(&cfg.IdleTimeout, 5*time.Minute)
 	def(&cfg.IOTimeout, 30*time.Second)
+	def(&cfg.HandshakeTimeout, 2*time.Second)
 	defInt(&cfg.MaxConns, 1024)
+	defInt(&cfg.MaxPending, 256)
+	defInt(&cfg.MaxPendingPerSource, 16)
+	cfg.MaxPendingPerSource = min(cfg.MaxPendingPerSource, cfg.MaxPending)
 	defInt(&cfg.MaxSessions, 64)
 	defInt(&cfg.MaxQueued, 64)
 	defInt(&cfg.MaxFailedOpens, 16)
-	return &Server{cfg: cfg, log: cfg.Logger, listeners: map[net.Listener]struct{}{}, active: map[*conn]struct{}{}}, nil
+	s := &Server{cfg: cfg, log: cfg.Logger, listeners: map[net.Listener]struct{}{}, active: map[*conn]struct{}{}}
+	s.gate.init(cfg.MaxPending, cfg.MaxPendingPerSource, cfg.MaxConns)
+	return s, nil
 }
 
 // Serve accepts connections on ln until Close (it then returns nil) or
@@ -150,28 +182,25 @@ func (s *Server) Serve(ln net.Listener) error {
 			return fmt.Errorf("tcp: accept: %w", err)
 		}
 		delay = 0
-		if s.conns.Add(1) > int64(s.cfg.MaxConns) {
-			s.conns.Add(-1)
-			s.log.Warn("connection refused: too many connections", "remote", nc.RemoteAddr())
-			nc.Close()
-			continue
-		}
 		c := s.newConn(nc)
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			s.conns.Add(-1)
 			nc.Close()
 			return nil
 		}
 		s.active[c] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
+		if evicted := s.gate.admit(c); evicted != nil {
+			s.log.Debug("pending connection closed to make room", "remote", evicted.nc.RemoteAddr(), "for", nc.RemoteAddr())
+			evicted.nc.Close()
+		}
 		go func() {
 			defer s.wg.Done()
 			err := c.serve()
 			c.close()
-			s.conns.Add(-1)
+			s.gate.leave(c)
 			s.mu.Lock()
 			delete(s.active, c)
 			s.mu.Unlock()
@@ -221,6 +250,11 @@ type conn struct {
 	br     *bufio.Reader
 	ctx    context.Context
 	cancel context.CancelFunc
+	src    string // source address key (gate.go)
+	// authed is set by the first successful OPEN; until then the
+	// handshake deadline holds and requests must be small.
+	authed bool
+	gated  gateState // guarded by the gate's mutex
 
 	sessions []*rdma.Handle // session n is sessions[n-1]; nil: free
 	failed   int
@@ -237,12 +271,48 @@ type conn struct {
 	stops  []func() bool
 }
 
-const slabSize = 256 << 10
+const (
+	slabSize = 256 << 10
+	brSize   = 64 << 10
+	// pendingBuf sizes a pending connection's input buffer and slab: its
+	// preface, a few OPENs and their answers.
+	pendingBuf = 512
+)
 
+// newConn returns a pending connection with small buffers and its
+// handshake deadline armed.
 func (s *Server) newConn(nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), ctx: ctx, cancel: cancel,
-		slab: make([]byte, 0, slabSize)}
+	_ = nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
+	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, pendingBuf), ctx: ctx, cancel: cancel,
+		slab: make([]byte, 0, pendingBuf), src: sourceKey(nc.RemoteAddr())}
+}
+
+// authenticate moves the connection out of the pending budget at its
+// first successful OPEN and gives it full-size buffers; bytes already
+// buffered (pipelined requests) are kept. It fails when the connection
+// was closed to make room, or authenticated connections are at MaxConns.
+func (c *conn) authenticate() error {
+	if c.authed {
+		return nil
+	}
+	if err := c.s.gate.promote(c); err != nil {
+		return err
+	}
+	c.authed = true
+	rest, _ := c.br.Peek(c.br.Buffered())
+	var in io.Reader = c.nc
+	if len(rest) > 0 {
+		in = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.nc)
+	}
+	c.br = bufio.NewReaderSize(in, brSize)
+	slab := make([]byte, len(c.slab), slabSize)
+	copy(slab, c.slab) // pieces refer to offsets, which stay valid
+	c.slab = slab
+	// The handshake deadline no longer applies: the usual ones do.
+	c.rdl, c.wdl = armed{}, armed{}
+	_ = c.nc.SetDeadline(time.Time{})
+	return nil
 }
 
 func (c *conn) close() {
@@ -266,8 +336,8 @@ func (c *conn) release() {
 // runtime timer update per request, so an armed deadline of the same kind
 // that expires within d/16 of the wanted one is kept.
 func (c *conn) deadline(read bool, d time.Duration) {
-	if c.aborted.Load() {
-		return // the past deadline abort set must stay
+	if c.aborted.Load() || !c.authed {
+		return // the past deadline abort set, or the handshake's, must stay
 	}
 	t := time.Now().Add(d)
 	dl := &c.wdl
@@ -335,6 +405,9 @@ func (c *conn) serve() error {
 			// The body length cannot be trusted: there is no way back
 			// into the stream.
 			return err
+		}
+		if !c.authed && req.Body > maxOpenBody {
+			return fmt.Errorf("tcp: %s with a %d-byte body before any session: %w", req.Op, req.Body, rdma.ErrProtocol)
 		}
 		if err := c.do(req); err != nil {
 			return err
@@ -440,6 +513,11 @@ func (c *conn) open(req wire.Request) error {
 			return fmt.Errorf("tcp: %d refused OPENs: %w", c.failed, rdma.ErrDenied)
 		}
 		return nil
+	}
+	if err := c.authenticate(); err != nil {
+		c.respond(wire.Response{Op: req.Op, Status: wire.StatusOf(err), ID: req.ID})
+		_ = c.flush()
+		return err
 	}
 	slot := -1
 	for i, s := range c.sessions {

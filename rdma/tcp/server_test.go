@@ -574,21 +574,62 @@ func TestLimits(t *testing.T) {
 		}
 	})
 	t.Run("connections", func(t *testing.T) {
+		// MaxConns counts connections with a session: a pending one
+		// does not take the place, a second session-holder is refused.
 		addr := serve(t, env, tcp.Config{MaxConns: 1})
-		rawDial(t, addr)
-		nc, err := net.Dial("tcp", addr)
+		rawDial(t, addr) // pending: no OPEN
+		first := rawDial(t, addr)
+		first.send(openReq(x, 1))
+		if h, _ := first.response(); h.Status != wire.StatusOK {
+			t.Fatalf("first OPEN: status %d, want OK", h.Status)
+		}
+		second := rawDial(t, addr)
+		second.send(openReq(x, 1))
+		if h, _ := second.response(); h.Status != wire.StatusBusy {
+			t.Errorf("second OPEN: status %d, want Busy", h.Status)
+		}
+		if _, err := second.br.ReadByte(); err == nil {
+			t.Error("second connection still open after Busy")
+		}
+	})
+	t.Run("handshake", func(t *testing.T) {
+		// A connection that sends nothing, or a preface and no OPEN, is
+		// closed at the handshake deadline; an idle one with a session
+		// is not.
+		addr := serve(t, env, tcp.Config{HandshakeTimeout: 50 * time.Millisecond})
+		silent, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
-		defer nc.Close()
-		nc.Write(wire.AppendPreface(nil))
-		if _, err := nc.Read(make([]byte, 1)); err == nil {
-			t.Error("second connection answered, want it closed")
+		defer silent.Close()
+		preface := rawDial(t, addr)
+		open := rawDial(t, addr)
+		open.send(openReq(x, 1))
+		open.response()
+		if _, err := silent.Read(make([]byte, 1)); !errors.Is(err, io.EOF) {
+			t.Errorf("silent connection: got %v, want EOF", err)
+		}
+		if _, err := preface.br.ReadByte(); !errors.Is(err, io.EOF) {
+			t.Errorf("connection without OPEN: got %v, want EOF", err)
+		}
+		open.send(wire.Request{Op: wire.OpPing, ID: 2}.AppendBinary(nil))
+		if h, _ := open.response(); h.Status != wire.StatusOK || h.ID != 2 {
+			t.Errorf("connection with a session after the handshake deadline: got %+v, want a ping answer", h)
+		}
+	})
+	t.Run("large request before a session", func(t *testing.T) {
+		addr := serve(t, env, tcp.Config{})
+		r := rawDial(t, addr)
+		r.send(wire.Request{Op: wire.OpPing, ID: 1, Body: 4096}.AppendBinary(nil))
+		if _, err := r.br.ReadByte(); err == nil {
+			t.Error("a 4 KiB request before any session was answered, want the connection closed")
 		}
 	})
 	t.Run("idle", func(t *testing.T) {
 		addr := serve(t, env, tcp.Config{IdleTimeout: 20 * time.Millisecond})
 		r := rawDial(t, addr)
+		r.send(openReq(x, 1))
+		r.response()
 		if _, err := r.br.ReadByte(); !errors.Is(err, io.EOF) {
 			t.Errorf("idle connection: got %v, want EOF", err)
 		}
