@@ -66,6 +66,11 @@ func newStack(t *testing.T, mod func(*appliance.Config)) *stack {
 		app.Manager.Wait()
 		app.Close()
 	})
+	// The flows are tested without the default host quota (a fair share
+	// of these small boxes); quota tests set what they test.
+	if err := app.Manager.SetDefaultHostQuota(ctx, 0); err != nil {
+		t.Fatalf("SetDefaultHostQuota: %v", err)
+	}
 	return &stack{app: app, m: app.Manager, box: app.Box, dev: app.Device, led: app.Ledger}
 }
 
@@ -334,10 +339,6 @@ func TestAdmission(t *testing.T) {
 	}
 	if _, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: blk, Region: 9}); !errors.Is(err, dcd.ErrNotFound) {
 		t.Errorf("Reserve in region 9: got %v, want ErrNotFound", err)
-	}
-	// No default quota: this small box's fair share is below 2 GiB.
-	if err := s.m.SetDefaultHostQuota(ctx, 0); err != nil {
-		t.Fatal(err)
 	}
 	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: 2 * gib, Region: -1})
 	if err != nil {
