@@ -1,7 +1,9 @@
 package api
 
 import (
+	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"regexp"
 	"strconv"
@@ -63,8 +65,8 @@ type accountServicePatch struct {
 	AccountLockoutDuration  *int   `json:"AccountLockoutDuration"`
 	ID                      string `json:"Id" rf:"readonly"`
 	Name                    string `json:"Name" rf:"readonly"`
-	MinPasswordLength       *int   `json:"MinPasswordLength" rf:"readonly"`
-	MaxPasswordLength       *int   `json:"MaxPasswordLength" rf:"readonly"`
+	MinPasswordLength       *int   `json:"MinPasswordLength"`
+	MaxPasswordLength       *int   `json:"MaxPasswordLength"`
 }
 
 func (s *Server) accountRoutes() {
@@ -120,7 +122,7 @@ func (s *Server) accountRoutes() {
 // canSeeAccount: user administrators see every account, others only
 // their own.
 func canSeeAccount(p *Principal, a Account) bool {
-	return p.Has(PrivConfigureUsers) || strconv.FormatInt(a.ID, 10) == p.AccountID
+	return p.Has(PrivConfigureUsers) || a.UID == p.AccountUID
 }
 
 func (s *Server) findAccount(c echo.Context) (Account, error) {
@@ -177,6 +179,7 @@ func (s *Server) accountBody(a Account) Obj {
 
 func (s *Server) accountService() Obj {
 	_, threshold, lockFor := s.auth.policy()
+	pw := s.auth.passwordPolicy()
 	return Obj{
 		"@odata.id":                         accountServiceURI,
 		"@odata.type":                       "#AccountService.v1_18_1.AccountService",
@@ -187,8 +190,9 @@ func (s *Server) accountService() Obj {
 		"Status":                            Obj{"State": "Enabled", "Health": "OK"},
 		"LocalAccountAuth":                  "Enabled",
 		"HTTPBasicAuth":                     "Enabled",
-		"MinPasswordLength":                 minPasswordLength,
-		"MaxPasswordLength":                 maxPasswordLength,
+		"MinPasswordLength":                 pw.min,
+		"MaxPasswordLength":                 pw.max,
+		"PasswordGuidanceMessage":           pw.guidance(),
 		"AccountLockoutThreshold":           threshold,
 		"AccountLockoutDuration":            int(lockFor / time.Second),
 		"AccountLockoutCounterResetAfter":   int(lockFor / time.Second),
@@ -225,11 +229,31 @@ func (s *Server) patchAccountService(c echo.Context) error {
 		lockFor = &d
 		set[settingLockoutDuration] = strconv.Itoa(*v)
 	}
+	pw := s.auth.passwordPolicy()
+	if v := req.MinPasswordLength; v != nil {
+		pw.min = *v
+		set[settingMinPasswordLength] = strconv.Itoa(*v)
+	}
+	if v := req.MaxPasswordLength; v != nil {
+		pw.max = *v
+		set[settingMaxPasswordLength] = strconv.Itoa(*v)
+	}
+	if err := pw.valid(); err != nil {
+		prop, v := "MinPasswordLength", pw.min
+		if req.MaxPasswordLength != nil && (pw.max > bcryptMaxPassword || req.MinPasswordLength == nil) {
+			prop, v = "MaxPasswordLength", pw.max
+		}
+		e := ErrPropertyValueOutOfRange(strconv.Itoa(v), prop)
+		e.Messages[0].Resolution = fmt.Sprintf("MinPasswordLength must be at least %d and MaxPasswordLength at most %d "+
+			"(bcrypt reads no further), with the minimum not above the maximum.", lowestMinPasswordLength, bcryptMaxPassword)
+		return e
+	}
 	if len(set) > 0 {
 		if err := s.store.SetSettings(c.Request().Context(), set); err != nil {
 			return ErrInternal(err)
 		}
 		s.auth.setPolicy(nil, threshold, lockFor)
+		s.auth.setPasswordPolicy(pw)
 		s.Publish(Event{MessageKey: MsgResourceChanged, Origin: accountServiceURI})
 	}
 	return s.WriteResource(c, http.StatusOK, s.accountService())
@@ -269,9 +293,9 @@ func (s *Server) hostExists(h dcd.HostID) bool {
 	return ok
 }
 
-func (s *Server) hashPassword(pw string) (string, error) {
-	if checkPassword(pw) != nil {
-		return "", NewError(http.StatusBadRequest, M("Base.PasswordIncorrectLength").WithRelated("Password"))
+func (s *Server) hashPassword(user, pw string) (string, error) {
+	if err := s.auth.passwordPolicy().check(user, pw); err != nil {
+		return "", errPassword(err)
 	}
 	h, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
 	if err != nil {
@@ -292,7 +316,7 @@ func (s *Server) createAccount(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	hash, err := s.hashPassword(req.Password)
+	hash, err := s.hashPassword(req.UserName, req.Password)
 	if err != nil {
 		return err
 	}
@@ -355,7 +379,7 @@ func (s *Server) patchAccount(c echo.Context) error {
 		return err
 	}
 	if req.Password != nil {
-		if n.PasswordHash, err = s.hashPassword(*req.Password); err != nil {
+		if n.PasswordHash, err = s.hashPassword(n.UserName, *req.Password); err != nil {
 			return err
 		}
 		n.PasswordChangeRequired = false
@@ -377,10 +401,19 @@ func (s *Server) patchAccount(c echo.Context) error {
 	}
 	if req.Locked != nil {
 		s.auth.unlock(a.UserName)
+		if n.UserName != a.UserName {
+			s.auth.unlock(n.UserName)
+		}
 	}
 	if req.Password != nil || !n.Enabled || n.UserName != a.UserName {
-		s.auth.dropAccountSessions(a.ID, p.SessionID)
+		keep := p.SessionID
+		if !n.Enabled || p.AccountUID != a.UID {
+			keep = "" // only the account's own password change keeps its session
+		}
+		s.auth.dropAccountSessions(a.UID, keep)
 	}
+	// Streams of the account re-check it (role, host binding, name).
+	s.auth.accountsChanged()
 	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: accountURI(a.ID)})
 	return s.WriteResource(c, http.StatusOK, s.accountBody(n))
 }
@@ -413,8 +446,12 @@ func (s *Server) deleteAccount(c echo.Context) error {
 	if err := s.store.DeleteAccount(c.Request().Context(), a.ID); err != nil {
 		return ErrInternal(err)
 	}
-	s.auth.dropAccountSessions(a.ID, "")
+	// Nothing the account owned outlives it: sessions and streams end,
+	// its push subscriptions go, its tasks are bound to its UID, which
+	// no other account will have.
+	s.auth.dropAccountSessions(a.UID, "")
 	s.auth.unlock(a.UserName)
+	s.deleteOwnedSubscriptions(context.WithoutCancel(c.Request().Context()), a.UID)
 	s.Publish(Event{MessageKey: MsgResourceRemoved, Origin: accountURI(a.ID)})
 	return s.NoContent(c)
 }

@@ -182,6 +182,8 @@ type poolView struct {
 	// stranded are the chunks no host holds whose grants were lost, with
 	// those grants (stranded.go).
 	stranded map[dcd.ChunkID][]dcd.Grant
+	// defaultQuota limits hosts without a quota of their own (defaultquota.go).
+	defaultQuota dcd.DefaultQuota
 
 	// renders holds collections encoded from this view (see
 	// cachedCollection): a view never changes, so neither do they.
@@ -227,6 +229,9 @@ func buildView(ctx context.Context, m *dcd.Manager) (*poolView, error) {
 	}
 	for _, h := range hosts {
 		v.hosts[h.ID] = h
+	}
+	if v.defaultQuota, err = led.DefaultHostQuota(ctx); err != nil {
+		return nil, fmt.Errorf("pool view: %w", err)
 	}
 	if v.chunks, err = led.Chunks(ctx); err != nil {
 		return nil, fmt.Errorf("pool view: %w", err)

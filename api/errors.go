@@ -244,7 +244,8 @@ func FromDomain(err error, t Target) *Error {
 		// The registry's resolution speaks of deleting resources; say
 		// which limit it is (the host's Oem.CxlPool.QuotaMiB).
 		return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource",
-			Resolution: "The host's quota (Oem.CxlPool.QuotaMiB of its ComputerSystem) leaves no room for this capacity: " +
+			Resolution: "The host's quota (Oem.CxlPool.QuotaMiB of its ComputerSystem or, where that is 0, the pool's " +
+				"default Oem.CxlPool.DefaultHostQuotaMiB on MemoryDomains/Pool) leaves no room for this capacity: " +
 				"release capacity from the host, or have an administrator raise its quota."}).WithCause(err)
 	case errors.Is(err, dcd.ErrNotSharable): // before ErrConflict, which the ledger wraps it with
 		m := M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)

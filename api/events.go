@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"cmp"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -74,11 +75,25 @@ type bus struct {
 	s *Server
 
 	mu      sync.Mutex
-	first   int64   // ids of this run are above first
-	next    int64   // the last id given out
-	recent  []Event // the last replayLen events, oldest first, for Last-Event-ID
-	streams map[chan Event]struct{}
+	first   int64                 // ids of this run are above first
+	next    int64                 // the last id given out
+	recent  []Event               // the last replayLen events, oldest first, for Last-Event-ID
+	streams map[chan Event]string // SSE streams and their accounts' UIDs
 	pushers map[int64]*pusher
+}
+
+// adminStreamReserve is how many of Config.MaxStreams only Administrators
+// may open, so that other accounts together cannot keep one from watching.
+const adminStreamReserve = 8
+
+// errStreamLimit is a refused SSE stream: 429 for an account at its own
+// limit, 503 when the service has no room.
+func errStreamLimit(status int, resolution string) *Error {
+	e := NewError(status, Msg{Key: "Base.EventSubscriptionLimitExceeded", Resolution: resolution})
+	if status == http.StatusServiceUnavailable {
+		e = e.WithHeader("Retry-After", "60")
+	}
+	return e
 }
 
 // replayLen is how many recent events a reconnecting SSE client can get
@@ -92,7 +107,7 @@ const replayLen = 1024
 // for one of this run's events.
 func newBus(s *Server) *bus {
 	start := s.now().UnixMicro()
-	return &bus{s: s, first: start, next: start, streams: map[chan Event]struct{}{}, pushers: map[int64]*pusher{}}
+	return &bus{s: s, first: start, next: start, streams: map[chan Event]string{}, pushers: map[int64]*pusher{}}
 }
 
 // Publish records ev in the EventLog and delivers it to SSE streams and
@@ -130,15 +145,41 @@ func (s *Server) Publish(ev Event) {
 	}
 }
 
-// subscribe opens a stream. With after >= 0 it also returns the recent
-// events with ids above after, taken under the same lock as the stream's
-// registration so that nothing falls between the replay and the stream;
-// gap reports that events after `after` were already dropped from the
-// replay buffer.
-func (b *bus) subscribe(after int64) (ch chan Event, replay []Event, gap bool, cancel func()) {
-	ch = make(chan Event, 64)
+// subscribe opens a stream for p. With after >= 0 it also returns the
+// recent events with ids above after, taken under the same lock as the
+// stream's registration so that nothing falls between the replay and the
+// stream; gap reports that events after `after` were already dropped from
+// the replay buffer. An account may hold MaxStreamsPerAccount streams and
+// the service MaxStreams (the last adminStreamReserve for Administrators):
+// past either, err is the Redfish refusal and nothing is opened.
+func (b *bus) subscribe(p *Principal, after int64) (ch chan Event, replay []Event, gap bool, cancel func(), err error) {
+	cfg := b.s.cfg
 	b.mu.Lock()
-	b.streams[ch] = struct{}{}
+	own := 0
+	for _, uid := range b.streams {
+		if uid == p.AccountUID {
+			own++
+		}
+	}
+	total := len(b.streams)
+	limit := cfg.MaxStreams
+	if p.Role != RoleAdministrator {
+		limit = max(cfg.MaxStreams-adminStreamReserve, 1)
+	}
+	switch {
+	case own >= cfg.MaxStreamsPerAccount:
+		b.mu.Unlock()
+		return nil, nil, false, nil, errStreamLimit(http.StatusTooManyRequests, fmt.Sprintf(
+			"This account has %d open event streams, the most one account may have: close one first.",
+			cfg.MaxStreamsPerAccount))
+	case total >= limit:
+		b.mu.Unlock()
+		return nil, nil, false, nil, errStreamLimit(http.StatusServiceUnavailable, fmt.Sprintf(
+			"The service has %d open event streams, the most it serves (the last %d of %d only for "+
+				"Administrators): retry later.", total, adminStreamReserve, cfg.MaxStreams))
+	}
+	ch = make(chan Event, 64)
+	b.streams[ch] = p.AccountUID
 	if after >= 0 {
 		if after < b.first || after > b.next {
 			after = b.first // an id of an earlier run: all of this run is new
@@ -152,7 +193,7 @@ func (b *bus) subscribe(after int64) (ch chan Event, replay []Event, gap bool, c
 		b.mu.Lock()
 		delete(b.streams, ch)
 		b.mu.Unlock()
-	}
+	}, nil
 }
 
 func (b *bus) streamCount() int {
@@ -423,6 +464,7 @@ func (s *Server) createSubscription(c echo.Context) error {
 	sub, err := s.store.CreateSubscription(ctx, Subscription{
 		Destination: req.Destination, Context: req.Context, Protocol: req.Protocol,
 		RegistryPrefixes: req.RegistryPrefixes, MessageIDs: req.MessageIds, Owner: PrincipalOf(c).User,
+		OwnerUID: PrincipalOf(c).AccountUID,
 	})
 	if err != nil {
 		return ErrInternal(err)
@@ -431,7 +473,31 @@ func (s *Server) createSubscription(c echo.Context) error {
 	return s.WriteCreated(c, subscriptionURI(sub.ID), s.subscription(sub))
 }
 
-// serveSSE streams events as text/event-stream until the client leaves or
+// deleteOwnedSubscriptions removes the push subscriptions of a deleted
+// account: they deliver with its authority, which is gone.
+func (s *Server) deleteOwnedSubscriptions(ctx context.Context, uid string) {
+	subs, err := s.store.Subscriptions(ctx)
+	if err != nil {
+		s.log.Error("deleting a removed account's subscriptions", "err", err)
+		return
+	}
+	for _, sub := range subs {
+		if sub.OwnerUID != uid {
+			continue
+		}
+		if _, err := s.store.DeleteSubscription(ctx, sub.ID); err != nil {
+			s.log.Error("deleting a removed account's subscription", "subscription", sub.ID, "err", err)
+			continue
+		}
+		s.bus.stopPusher(sub.ID)
+		s.log.Info("subscription of a deleted account removed", "subscription", sub.ID, "owner", sub.Owner)
+		s.Publish(Event{MessageKey: MsgResourceRemoved, Origin: subscriptionURI(sub.ID)})
+	}
+}
+
+// serveSSE streams events as text/event-stream until the client leaves,
+// its principal changes (account deleted, disabled, renamed, given another
+// role or host, password changed, session ended: authenticator.watch) or
 // the service stops. Each message is one Event resource; its SSE id is the
 // event id.
 //
@@ -449,8 +515,13 @@ func (s *Server) serveSSE(c echo.Context) error {
 		}
 		after = n
 	}
-	ch, replay, gap, cancel := s.bus.subscribe(after)
+	ch, replay, gap, cancel, err := s.bus.subscribe(p, after)
+	if err != nil {
+		return err
+	}
 	defer cancel()
+	alive, stop := s.auth.watch(c.Request().Context(), p)
+	defer stop()
 	res := c.Response()
 	res.Header().Set("Content-Type", "text/event-stream")
 	res.Header().Set("Cache-Control", "no-cache")
@@ -474,7 +545,12 @@ func (s *Server) serveSSE(c echo.Context) error {
 	defer keepalive.Stop()
 	for {
 		select {
-		case <-c.Request().Context().Done():
+		case <-alive.Done():
+			if c.Request().Context().Err() == nil {
+				// The principal is gone: say so and end the stream.
+				_, _ = fmt.Fprint(res, ": the stream's credentials are no longer valid\n\n")
+				res.Flush()
+			}
 			return nil
 		case <-s.streams:
 			return nil
@@ -486,6 +562,9 @@ func (s *Server) serveSSE(c echo.Context) error {
 		case ev := <-ch:
 			if len(replay) > 0 && ev.ID <= replay[len(replay)-1].ID {
 				continue // already sent in the replay
+			}
+			if !s.auth.valid(p) {
+				return nil // checked again per event: never one after the principal changed
 			}
 			if err := s.writeSSE(res, p, ev); err != nil {
 				return nil

@@ -22,7 +22,7 @@ import (
 // Host accounts may reserve chunks themselves: such a chunk is recorded
 // as theirs, so they see it, may connect it to their own initiator and
 // may delete it. What a host has reserved plus what it holds counts
-// against its quota (dcd.Host.Quota; 0 means no limit), checked at
+// against its quota (dcd.Host.Quota, or the default quota where that is 0), checked at
 // reservation as the ledger checks it at grant time. A host sees only
 // the chunks it reserved or holds, and in them only itself.
 
@@ -249,8 +249,9 @@ func (s *Server) postChunk(c echo.Context) error {
 		if err != nil {
 			return FromDomain(err, target)
 		}
-		if used := s.hostCommitted(v, h.ID); h.Quota > 0 && (rr.Size > h.Quota || used > h.Quota-rr.Size) {
-			return errQuota(h.ID, h.Quota, used, rr.Size).WithCause(dcd.ErrQuotaExceeded)
+		quota := v.quota(h.ID) // its own, else the default: no host takes the pool by default
+		if used := s.hostCommitted(v, h.ID); quota > 0 && (rr.Size > quota || used > quota-rr.Size) {
+			return errQuota(h.ID, quota, used, rr.Size).WithCause(dcd.ErrQuotaExceeded)
 		}
 	}
 	ch, err := s.mgr.Reserve(ctx, rr)

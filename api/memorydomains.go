@@ -61,6 +61,8 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 	}
 	oem := Obj{"FreeMiB": mib(u.free), "Regions": regions}
 	if p.Has(PrivApplianceView) {
+		oem["DefaultHostQuotaMiB"] = mib(v.defaultQuota.Bytes)
+		oem["DefaultHostQuotaIsFairShare"] = v.defaultQuota.FairShare
 		oem["ReservedMiB"] = mib(u.reserved)
 		oem["GrantedMiB"] = mib(u.granted)
 		oem["SharedMiB"] = mib(u.shared)
@@ -68,7 +70,7 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 	}
 	if p.IsHost() {
 		h := *p.HostID
-		oem["QuotaMiB"] = mib(v.hosts[h].Quota)
+		oem["QuotaMiB"] = mib(v.quota(h)) // what limits it: its own quota, else the default
 		// HeldMiB is what counts against the quota: chunks the host
 		// reserved itself and those it holds or is being given.
 		oem["HeldMiB"] = mib(s.hostCommitted(v, h))

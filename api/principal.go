@@ -113,7 +113,11 @@ func LookupRole(id string) (Role, bool) {
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
+	// AccountID is the account's Id (shown in URIs); AccountUID its
+	// identity, which owned objects (tasks, streams, tickets) are bound
+	// to: Ids are never reused, and a UID cannot be inherited at all.
 	AccountID  string
+	AccountUID string
 	User       string
 	Role       string
 	Privileges Privilege
@@ -127,6 +131,9 @@ type Principal struct {
 	// (ManagerAccount.PasswordChangeRequired); until then it may only
 	// read its account and session, set its password and log out.
 	passwordChange bool
+	// passwordHash is the account's hash when it authenticated: a Basic
+	// principal's stream ends when the password changes.
+	passwordHash string
 }
 
 // Has reports whether the principal holds any privilege in p.

@@ -150,7 +150,7 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 				// who sent credentials what that caller may use.
 				if hasCredentials(c.Request()) {
 					if p, err := s.auth.authenticate(c); err == nil {
-						c.Set(principalKey, p)
+						setPrincipal(c, p)
 					}
 				}
 				s.setAllow(c, pe)

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -269,27 +270,34 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 }
 
 // TestLockout checks that Threshold failed logins lock the account for
-// Duration, for sessions and Basic alike, that the right password does not
-// help while locked, and that an administrator can unlock it.
+// Duration from that address, for sessions and Basic alike, that the right
+// password then says the account is locked (and until when) while a wrong
+// one reads as before, and that an administrator can unlock it. Attempts
+// come a Retry-After apart (TestAttackLockoutFromOneSource covers the
+// throttling itself).
 func TestLockout(t *testing.T) {
 	env := apitest.NewServer(t, apitest.Options{Config: func(c *api.Config) {
 		c.Lockout = api.Lockout{Threshold: 3, Duration: time.Minute}
 	}})
-	login := func(pw string) int {
+	login := func(pw string) *apitest.Response {
+		env.Clock.Advance(10 * time.Second) // past any Retry-After so far
 		return env.Anon.Post("/redfish/v1/SessionService/Sessions",
-			map[string]any{"UserName": apitest.UserReadOnly, "Password": pw}).Status
+			map[string]any{"UserName": apitest.UserReadOnly, "Password": pw})
 	}
 	for i := range 2 {
-		if got := login("wrong-password"); got != http.StatusUnauthorized {
-			t.Fatalf("bad login %d: got %d, want 401", i, got)
-		}
+		wantStatus(t, "bad login "+strconv.Itoa(i), login("wrong-password"), http.StatusUnauthorized, "NoValidSession")
 	}
 	// The third failure, over Basic, reaches the threshold.
+	env.Clock.Advance(10 * time.Second)
 	basicBad := env.Basic(apitest.UserReadOnly, "wrong-password").Get("/redfish/v1/SessionService")
 	wantStatus(t, "third failure (Basic)", basicBad, http.StatusUnauthorized, "NoValidSession")
-	if got := login(apitest.UserPassword); got != http.StatusUnauthorized {
-		t.Errorf("right password while locked: got %d, want 401", got)
+	wrong := login("wrong-password")
+	right := login(apitest.UserPassword)
+	wantStatus(t, "right password while locked", right, http.StatusUnauthorized, "NoValidSession")
+	if !strings.Contains(string(right.Body), "locked until") || strings.Contains(string(wrong.Body), "locked") {
+		t.Errorf("only the right password should say the account is locked:\nright: %s\nwrong: %s", right.Body, wrong.Body)
 	}
+	env.Clock.Advance(10 * time.Second)
 	if got := env.Basic(apitest.UserReadOnly, apitest.UserPassword).Get("/redfish/v1/SessionService").Status; got != http.StatusUnauthorized {
 		t.Errorf("Basic with right password while locked: got %d, want 401", got)
 	}
@@ -301,27 +309,31 @@ func TestLockout(t *testing.T) {
 	wantStatus(t, "existing session while locked", env.ReadOnly.Get("/redfish/v1/SessionService"), http.StatusOK, "")
 
 	env.Clock.Advance(time.Minute + time.Second)
-	if got := login(apitest.UserPassword); got != http.StatusCreated {
-		t.Errorf("after the lockout duration: got %d, want 201", got)
-	}
+	wantStatus(t, "after the lockout duration", login(apitest.UserPassword), http.StatusCreated, "")
 
 	// Lock again, then let an administrator unlock.
 	for range 3 {
 		login("wrong-password")
 	}
-	if got := login(apitest.UserPassword); got != http.StatusUnauthorized {
-		t.Fatalf("relocked: got %d, want 401", got)
-	}
+	wantStatus(t, "relocked", login(apitest.UserPassword), http.StatusUnauthorized, "NoValidSession")
 	uri := acct["@odata.id"].(string)
 	wantStatus(t, "unlock", env.Admin.Patch(uri, map[string]any{"Locked": false}), http.StatusOK, "")
-	if got := login(apitest.UserPassword); got != http.StatusCreated {
-		t.Errorf("after unlock: got %d, want 201", got)
-	}
+	wantStatus(t, "after unlock", login(apitest.UserPassword), http.StatusCreated, "")
 	wantStatus(t, "lock by client", env.Admin.Patch(uri, map[string]any{"Locked": true}), http.StatusBadRequest, "PropertyValueNotInList")
 
 	// Unknown users fail the same way and do not reveal themselves.
 	r := env.Anon.Post("/redfish/v1/SessionService/Sessions", map[string]any{"UserName": "nobody", "Password": "whatever-pw"})
 	wantStatus(t, "unknown user", r, http.StatusUnauthorized, "NoValidSession")
+	if got, want := messageText(t, r), messageText(t, wrong); got != want {
+		t.Errorf("unknown user reads %q, a wrong password %q: want the same", got, want)
+	}
+}
+
+// messageText is an error's first message and resolution.
+func messageText(t *testing.T, r *apitest.Response) string {
+	t.Helper()
+	e := r.JSON(t)["error"].(map[string]any)["@Message.ExtendedInfo"].([]any)[0].(map[string]any)
+	return fmt.Sprint(e["Message"], " ", e["Resolution"])
 }
 
 func findAccount(t *testing.T, env *apitest.Env, user string) map[string]any {

@@ -78,6 +78,13 @@ type Config struct {
 	MaxBodyBytes int64
 	// Lockout is the initial account lockout policy.
 	Lockout Lockout
+	// MaxSessionsPerAccount bounds one account's sessions (16); its
+	// next login ends its least recently used session.
+	MaxSessionsPerAccount int
+	// MaxStreamsPerAccount and MaxStreams bound open SSE streams (4 per
+	// account, 64 in all, of which the last 8 are for Administrators).
+	MaxStreamsPerAccount int
+	MaxStreams           int
 	// BcryptCost is the password hashing cost (bcrypt.DefaultCost); tests
 	// lower it.
 	BcryptCost int
@@ -166,6 +173,15 @@ func (c *Config) defaults() {
 	}
 	if c.Lockout.Duration <= 0 {
 		c.Lockout.Duration = 5 * time.Minute
+	}
+	if c.MaxSessionsPerAccount <= 0 {
+		c.MaxSessionsPerAccount = 16
+	}
+	if c.MaxStreamsPerAccount <= 0 {
+		c.MaxStreamsPerAccount = 4
+	}
+	if c.MaxStreams <= 0 {
+		c.MaxStreams = 64
 	}
 	if c.BcryptCost == 0 {
 		c.BcryptCost = bcrypt.DefaultCost
@@ -314,6 +330,7 @@ func (s *Server) routes() []func() {
 		s.memoryRegionRoutes,
 		s.fabricAdapterRoutes,
 		s.memoryDomainRoutes,
+		s.defaultQuotaRoutes,
 		s.memoryChunkRoutes,
 		s.fabricRoutes,
 		s.endpointRoutes,
@@ -370,6 +387,9 @@ const (
 	settingSessionTimeout   = "session_timeout_seconds"
 	settingLockoutThreshold = "lockout_threshold"
 	settingLockoutDuration  = "lockout_duration_seconds"
+	// The password length policy (password.go).
+	settingMinPasswordLength = "min_password_length"
+	settingMaxPasswordLength = "max_password_length"
 )
 
 // initSettings gives the service a stable UUID and seeds the PATCHable
@@ -415,8 +435,8 @@ func (s *Server) ensureAdmin(ctx context.Context) error {
 	generated := pw == ""
 	if generated {
 		pw = randomPassword(20)
-	} else if err := checkPassword(pw); err != nil {
-		return fmt.Errorf("api: admin password: %w", err)
+	} else if err := defaultPasswordPolicy().check("admin", pw); err != nil {
+		return fmt.Errorf("api: admin password (CXLPOOL_ADMIN_PASSWORD): %w", err)
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
 	if err != nil {

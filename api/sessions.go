@@ -2,6 +2,7 @@ package api
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 	"strconv"
 	"time"
@@ -67,7 +68,7 @@ func (s *Server) sessionRoutes() {
 			return err
 		}
 		p := PrincipalOf(c)
-		if strconv.FormatInt(sess.AccountID, 10) != p.AccountID && !p.Has(PrivConfigureManager) {
+		if sess.accountUID != p.AccountUID && !p.Has(PrivConfigureManager) {
 			return ErrInsufficientPrivilege()
 		}
 		if err := s.IfMatch(c, s.sessionBody(sess)); err != nil {
@@ -80,7 +81,7 @@ func (s *Server) sessionRoutes() {
 
 // canSeeSession: administrators see every session, others their own.
 func (s *Server) canSeeSession(p *Principal, sess session) bool {
-	return p.Has(PrivConfigureManager|PrivConfigureUsers) || strconv.FormatInt(sess.AccountID, 10) == p.AccountID
+	return p.Has(PrivConfigureManager|PrivConfigureUsers) || sess.accountUID == p.AccountUID
 }
 
 func (s *Server) findSession(c echo.Context) (session, error) {
@@ -92,8 +93,10 @@ func (s *Server) findSession(c echo.Context) (session, error) {
 }
 
 // login creates a session: 201 with X-Auth-Token and Location. Failures
-// are all 401 NoValidSession, whatever went wrong (unknown user, wrong
-// password, disabled or locked account).
+// are 401 NoValidSession, alike for an unknown user, a wrong password and
+// a disabled account (signInError); the right password for an account
+// locked from this address says until when, and attempts too soon after
+// failures are 429 with Retry-After. A full session table is 503.
 func (s *Server) login(c echo.Context) error {
 	var req sessionCreate
 	if err := s.Decode(c, &req); err != nil {
@@ -102,13 +105,16 @@ func (s *Server) login(c echo.Context) error {
 	c.Set(auditUserKey, req.UserName)
 	sess, tok, err := s.auth.createSession(req.UserName, req.Password, c.RealIP(), req.Context)
 	if errors.Is(err, errSessionLimit) {
-		return NewError(http.StatusServiceUnavailable, M("Base.SessionLimitExceeded")).WithHeader("Retry-After", "60")
+		return NewError(http.StatusServiceUnavailable, Msg{Key: "Base.SessionLimitExceeded", Resolution: fmt.Sprintf(
+			"The service holds %d sessions, the most it keeps (the last %d of %d only for Administrators). "+
+				"Log out sessions that are no longer used (DELETE them), or wait for idle ones to time out.",
+			s.auth.sessionCount(), adminSessionReserve, maxSessions)}).WithHeader("Retry-After", "60")
 	}
 	if err != nil {
-		return noValidSession(c.Request()).WithCause(err)
+		return signInError(c.Request(), err)
 	}
 	body := s.sessionBody(*sess)
-	if acct, ok := s.store.Account(sess.AccountID); ok {
+	if acct, ok := s.store.AccountByUID(sess.accountUID); ok {
 		setPrincipal(c, s.auth.principal(acct, sess.ID))
 		if acct.PasswordChangeRequired {
 			// DSP0266: the login succeeds and says what must happen
@@ -122,7 +128,7 @@ func (s *Server) login(c echo.Context) error {
 
 func (s *Server) sessionBody(sess session) Obj {
 	user := ""
-	if acct, ok := s.store.Account(sess.AccountID); ok {
+	if acct, ok := s.store.AccountByUID(sess.accountUID); ok {
 		user = acct.UserName
 	}
 	o := Obj{

@@ -81,11 +81,39 @@ CREATE TABLE chunk_owners (
 	host_id  INTEGER NOT NULL CHECK (host_id BETWEEN 0 AND 65535),
 	created  INTEGER NOT NULL
 ) STRICT;
+`, `
+-- Account Ids are never handed out again (AUTOINCREMENT keeps the largest
+-- ever given in sqlite_sequence), and every account gets a uid: a random
+-- identity that owned objects (tasks, sessions, stream tickets,
+-- subscriptions) are bound to, so that nothing an account leaves behind can
+-- be inherited by another, whatever its Id or name.
+CREATE TABLE accounts_v3 (
+	id            INTEGER PRIMARY KEY AUTOINCREMENT,
+	uid           TEXT NOT NULL UNIQUE CHECK (length(uid) = 32),
+	username      TEXT NOT NULL UNIQUE,
+	password_hash TEXT NOT NULL,
+	role          TEXT NOT NULL,
+	enabled       INTEGER NOT NULL CHECK (enabled IN (0, 1)),
+	host_id       INTEGER CHECK (host_id BETWEEN 0 AND 65535),
+	password_change_required INTEGER NOT NULL DEFAULT 0 CHECK (password_change_required IN (0, 1)),
+	created       INTEGER NOT NULL,
+	updated       INTEGER NOT NULL
+) STRICT;
+INSERT INTO accounts_v3 (id, uid, username, password_hash, role, enabled, host_id, password_change_required, created, updated)
+	SELECT id, lower(hex(randomblob(16))), username, password_hash, role, enabled, host_id, password_change_required,
+		created, updated FROM accounts;
+DROP TABLE accounts;
+ALTER TABLE accounts_v3 RENAME TO accounts;
+ALTER TABLE subscriptions ADD COLUMN owner_uid TEXT NOT NULL DEFAULT '';
+UPDATE subscriptions SET owner_uid = coalesce((SELECT uid FROM accounts WHERE username = subscriptions.owner), '');
 `}
 
 // Account is a local user account.
 type Account struct {
-	ID                     int64
+	ID int64
+	// UID is the account's immutable identity (32 hex digits), never
+	// shown: what the account owns is bound to it, not to the Id.
+	UID                    string
 	UserName               string
 	PasswordHash           string
 	Role                   string
@@ -121,7 +149,8 @@ type Subscription struct {
 	Protocol         string
 	RegistryPrefixes []string
 	MessageIDs       []string
-	Owner            string
+	Owner            string // the user name, for display
+	OwnerUID         string // the owning account (Account.UID)
 	Created          time.Time
 }
 
@@ -229,7 +258,7 @@ func hostFrom(n sql.NullInt64) *dcd.HostID {
 }
 
 func (s *store) loadAccounts(ctx context.Context) error {
-	rows, err := s.db.QueryContext(ctx, `SELECT id, username, password_hash, role, enabled, host_id,
+	rows, err := s.db.QueryContext(ctx, `SELECT id, uid, username, password_hash, role, enabled, host_id,
 		password_change_required, created, updated FROM accounts`)
 	if err != nil {
 		return err
@@ -241,7 +270,7 @@ func (s *store) loadAccounts(ctx context.Context) error {
 		var a Account
 		var host sql.NullInt64
 		var created, updated int64
-		if err := rows.Scan(&a.ID, &a.UserName, &a.PasswordHash, &a.Role, &a.Enabled, &host,
+		if err := rows.Scan(&a.ID, &a.UID, &a.UserName, &a.PasswordHash, &a.Role, &a.Enabled, &host,
 			&a.PasswordChangeRequired, &created, &updated); err != nil {
 			return err
 		}
@@ -271,6 +300,18 @@ func (s *store) Account(id int64) (Account, bool) {
 	return a, ok
 }
 
+// AccountByUID returns the account whose identity is uid.
+func (s *store) AccountByUID(uid string) (Account, bool) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	for _, a := range s.accounts {
+		if a.UID == uid {
+			return a, true
+		}
+	}
+	return Account{}, false
+}
+
 func (s *store) AccountByName(name string) (Account, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
@@ -293,10 +334,11 @@ func (s *store) CreateAccount(ctx context.Context, a Account) (Account, error) {
 	}
 	now := s.clock().UTC()
 	a.Created, a.Updated = now, now
+	a.UID = randomString("0123456789abcdef", 32)
 	err := s.tx(ctx, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (username, password_hash, role, enabled, host_id,
-			password_change_required, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`,
-			a.UserName, a.PasswordHash, a.Role, a.Enabled, nullHost(a.HostID), a.PasswordChangeRequired,
+		res, err := tx.ExecContext(ctx, `INSERT INTO accounts (uid, username, password_hash, role, enabled, host_id,
+			password_change_required, created, updated) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			a.UID, a.UserName, a.PasswordHash, a.Role, a.Enabled, nullHost(a.HostID), a.PasswordChangeRequired,
 			now.UnixNano(), now.UnixNano())
 		if err != nil {
 			return err
@@ -320,6 +362,11 @@ func (s *store) UpdateAccount(ctx context.Context, a Account) (Account, error) {
 			return Account{}, errDuplicate
 		}
 	}
+	old, ok := s.accounts[a.ID]
+	if !ok {
+		return Account{}, fmt.Errorf("accounts db: update %d: no such account", a.ID)
+	}
+	a.UID = old.UID // immutable
 	a.Updated = s.clock().UTC()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE accounts SET username = ?, password_hash = ?, role = ?, enabled = ?,
@@ -481,8 +528,8 @@ func (s *store) CreateSubscription(ctx context.Context, sub Subscription) (Subsc
 	sub.Created = s.clock().UTC()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (destination, context, protocol, registry_prefixes,
-			message_ids, owner, created) VALUES (?, ?, ?, ?, ?, ?, ?)`, sub.Destination, sub.Context, sub.Protocol,
-			string(rp), string(mi), sub.Owner, sub.Created.UnixNano())
+			message_ids, owner, owner_uid, created) VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, sub.Destination, sub.Context, sub.Protocol,
+			string(rp), string(mi), sub.Owner, sub.OwnerUID, sub.Created.UnixNano())
 		if err != nil {
 			return err
 		}
@@ -497,7 +544,7 @@ func (s *store) CreateSubscription(ctx context.Context, sub Subscription) (Subsc
 
 func (s *store) Subscriptions(ctx context.Context) ([]Subscription, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, destination, context, protocol, registry_prefixes, message_ids,
-		owner, created FROM subscriptions ORDER BY id`)
+		owner, owner_uid, created FROM subscriptions ORDER BY id`)
 	if err != nil {
 		return nil, fmt.Errorf("accounts db: subscriptions: %w", err)
 	}
@@ -507,7 +554,7 @@ func (s *store) Subscriptions(ctx context.Context) ([]Subscription, error) {
 		var sub Subscription
 		var rp, mi string
 		var created int64
-		if err := rows.Scan(&sub.ID, &sub.Destination, &sub.Context, &sub.Protocol, &rp, &mi, &sub.Owner, &created); err != nil {
+		if err := rows.Scan(&sub.ID, &sub.Destination, &sub.Context, &sub.Protocol, &rp, &mi, &sub.Owner, &sub.OwnerUID, &created); err != nil {
 			return nil, fmt.Errorf("accounts db: subscriptions: %w", err)
 		}
 		if err := errors.Join(json.Unmarshal([]byte(rp), &sub.RegistryPrefixes), json.Unmarshal([]byte(mi), &sub.MessageIDs)); err != nil {

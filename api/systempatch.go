@@ -14,7 +14,8 @@ import (
 //
 //	{"Oem": {"CxlPool": {"QuotaMiB": 65536}}}
 //
-// QuotaMiB is whole MiB, 0 for no limit, at most the pool's size. The
+// QuotaMiB is whole MiB, 0 for the pool's default (defaultquota.go), at
+// most the pool's size. The
 // quota limits every grant to the host from then on, whoever asks: a
 // host's own requests and an administrator's grants and shares alike (the
 // ledger checks it with the grant intent, dcd.Ledger.BeginGrant), and a

@@ -47,7 +47,7 @@ type TaskFunc func(ctx context.Context, t *Task) (TaskResult, error)
 type Task struct {
 	ID     string
 	Name   string
-	Owner  string      // account Id of the principal that started it
+	Owner  string      // identity (Account.UID) of the principal that started it
 	Host   *dcd.HostID // the host it concerns, for host isolation
 	Target Target      // for mapping the task's error
 
@@ -110,7 +110,7 @@ type TaskOptions struct {
 func (s *Server) StartTask(c echo.Context, opts TaskOptions, fn TaskFunc) *Task {
 	owner := ""
 	if p := PrincipalOf(c); p != nil {
-		owner = p.AccountID
+		owner = p.AccountUID
 	}
 	return s.tasks.start(owner, opts, fn)
 }
@@ -195,11 +195,13 @@ func (e *taskEngine) running() int {
 }
 
 // visibleTask: host principals see only their own and their host's tasks.
+// "Their own" is by account identity, never by Id or name, so a task is
+// not inherited by an account made after its owner was deleted.
 func visibleTask(p *Principal, t *Task) bool {
 	if !p.IsHost() {
 		return true
 	}
-	return t.Owner == p.AccountID || (t.Host != nil && *t.Host == *p.HostID)
+	return (t.Owner != "" && t.Owner == p.AccountUID) || (t.Host != nil && *t.Host == *p.HostID)
 }
 
 func (e *taskEngine) get(p *Principal, id string) (*Task, bool) {

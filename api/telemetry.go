@@ -8,7 +8,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"math"
 	"math/bits"
 	"net/http"
@@ -155,10 +154,13 @@ type telemetryAPI struct {
 	tickets map[[sha256.Size]byte]streamTicket
 }
 
+// streamTicket is bound to the account's identity and, for Basic, to
+// its password at issue: a ticket outlives neither.
 type streamTicket struct {
-	accountID int64
-	sessionID string
-	expires   time.Time
+	accountUID   string
+	sessionID    string
+	passwordHash string
+	expires      time.Time
 }
 
 func (s *Server) telemetryRoutes() {
@@ -810,10 +812,6 @@ func (t *telemetryAPI) hints(host int, hold holder) Obj {
 // WebSocket upgrade.
 func (t *telemetryAPI) issueTicket(c echo.Context) error {
 	p := PrincipalOf(c)
-	acct, err := strconv.ParseInt(p.AccountID, 10, 64)
-	if err != nil {
-		return ErrInternal(fmt.Errorf("principal account id %q: %w", p.AccountID, err))
-	}
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
 	tok := base64.RawURLEncoding.EncodeToString(raw[:])
@@ -828,7 +826,8 @@ func (t *telemetryAPI) issueTicket(c echo.Context) error {
 		t.mu.Unlock()
 		return ErrServiceUnavailable(int(ticketTTL / time.Second))
 	}
-	t.tickets[sha256.Sum256([]byte(tok))] = streamTicket{accountID: acct, sessionID: p.SessionID, expires: now.Add(ticketTTL)}
+	t.tickets[sha256.Sum256([]byte(tok))] = streamTicket{accountUID: p.AccountUID, sessionID: p.SessionID,
+		passwordHash: p.passwordHash, expires: now.Add(ticketTTL)}
 	t.mu.Unlock()
 	return t.s.WriteResource(c, http.StatusOK, Obj{
 		"Ticket":           tok,
@@ -847,16 +846,16 @@ func (t *telemetryAPI) redeem(tok string) (*Principal, bool) {
 	if !ok || t.s.now().After(tk.expires) {
 		return nil, false
 	}
-	if tk.sessionID != "" {
-		if _, live := t.s.auth.session(tk.sessionID); !live {
-			return nil, false
-		}
-	}
-	acct, found := t.s.store.Account(tk.accountID)
+	acct, found := t.s.store.AccountByUID(tk.accountUID)
 	if !found || !acct.Enabled {
 		return nil, false
 	}
-	return t.s.auth.principal(acct, tk.sessionID), true
+	p := t.s.auth.principal(acct, tk.sessionID)
+	p.passwordHash = tk.passwordHash
+	if !t.s.auth.valid(p) { // session ended, or (Basic) password changed
+		return nil, false
+	}
+	return p, true
 }
 
 // serveStream upgrades to the WebSocket stream of the caller's scope:
@@ -892,6 +891,10 @@ func (t *telemetryAPI) serveStream(c echo.Context) error {
 	if !websocket.IsWebSocketUpgrade(c.Request()) {
 		return NewError(http.StatusBadRequest, M("Base.HeaderMissing", "Upgrade: websocket"))
 	}
-	stream.NewHandler(hub, stream.HandlerConfig{Logger: t.s.log}).ServeHTTP(c.Response(), c.Request())
+	// The stream ends when its principal does (authenticator.watch):
+	// the handler closes the socket when the request's context ends.
+	alive, stop := t.s.auth.watch(c.Request().Context(), p)
+	defer stop()
+	stream.NewHandler(hub, stream.HandlerConfig{Logger: t.s.log}).ServeHTTP(c.Response(), c.Request().WithContext(alive))
 	return nil
 }

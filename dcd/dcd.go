@@ -44,7 +44,7 @@ type Host struct {
 	ID     HostID
 	Port   uint8
 	Name   string
-	Quota  uint64 // bytes; 0 means no limit
+	Quota  uint64 // bytes; 0: the default quota (DefaultHostQuota) applies
 	LinkUp bool
 }
 
@@ -167,6 +167,10 @@ type Ledger interface {
 	Hosts(ctx context.Context) ([]Host, error)
 	Host(ctx context.Context, id HostID) (Host, error)
 	SetHostQuota(ctx context.Context, id HostID, quota uint64) error
+	// DefaultHostQuota limits hosts with no quota of their own (quota.go);
+	// SetDefaultHostQuota sets it (0: no limit).
+	DefaultHostQuota(ctx context.Context) (DefaultQuota, error)
+	SetDefaultHostQuota(ctx context.Context, quota uint64) error
 	Regions(ctx context.Context) ([]Region, error)
 
 	// CreateChunk reserves capacity: it fails with ErrNoCapacity when the

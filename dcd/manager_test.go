@@ -66,6 +66,11 @@ func newStack(t *testing.T, mod func(*appliance.Config)) *stack {
 		app.Manager.Wait()
 		app.Close()
 	})
+	// The flows are tested without the default host quota (a fair share
+	// of these small boxes); quota tests set what they test.
+	if err := app.Manager.SetDefaultHostQuota(ctx, 0); err != nil {
+		t.Fatalf("SetDefaultHostQuota: %v", err)
+	}
 	return &stack{app: app, m: app.Manager, box: app.Box, dev: app.Device, led: app.Ledger}
 }
 

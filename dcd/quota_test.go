@@ -105,3 +105,46 @@ func hostChanges(ch <-chan dcd.Change) []dcd.Change {
 		}
 	}
 }
+
+// TestDefaultHostQuota: a host without a quota of its own is limited by
+// the default, a fair share of the pool until one is set; the Manager
+// tells subscribers of every such host when it changes.
+func TestDefaultHostQuota(t *testing.T) {
+	s := newStack(t, nil) // which sets the default to 0 (no limit)
+	ctx := ctxT(t)
+	d, err := s.m.DefaultHostQuota(ctx)
+	if err != nil || d != (dcd.DefaultQuota{}) {
+		t.Fatalf("DefaultHostQuota: %+v, %v; want 0, set", d, err)
+	}
+	changes, cancel := s.m.Subscribe(64)
+	defer cancel()
+	if err := s.m.SetDefaultHostQuota(ctx, gib); err != nil {
+		t.Fatal(err)
+	}
+	hosts, err := s.led.Hosts(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range hosts {
+		if c := <-changes; c.Kind != dcd.ChangeHost || c.Message != dcd.QuotaChanged {
+			t.Errorf("change: got %+v, want a quota change of a host", c)
+		}
+	}
+	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: 2 * gib, Region: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.m.Grant(ctx, c.ID, 3); !errors.Is(err, dcd.ErrQuotaExceeded) {
+		t.Errorf("grant over the default: got %v, want ErrQuotaExceeded", err)
+	}
+	h, _ := s.led.Host(ctx, 3)
+	if q, err := s.m.EffectiveQuota(ctx, h); err != nil || q != gib {
+		t.Errorf("EffectiveQuota(host 3) = %d, %v; want %d", q, err, gib)
+	}
+	if err := s.m.SetHostQuota(ctx, 3, 2*gib); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.m.Grant(ctx, c.ID, 3); err != nil {
+		t.Errorf("grant within the host's own quota: %v", err)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"sort"
@@ -206,6 +207,27 @@ type Client struct {
 	Token    string // X-Auth-Token of the session
 	Session  string // the session's URI
 	UseBasic bool
+	// Source, if set, is the loopback address requests come from
+	// ("127.0.0.2"), for tests of per-address policies.
+	Source string
+}
+
+// From returns a copy of c whose requests come from the loopback address
+// source (Linux routes all of 127.0.0.0/8 to lo).
+func (c *Client) From(source string) *Client {
+	d := *c
+	d.Source = source
+	return &d
+}
+
+func (c *Client) httpClient() *http.Client {
+	if c.Source == "" {
+		return c.env.HTTP.Client()
+	}
+	tr := c.env.HTTP.Client().Transport.(*http.Transport).Clone()
+	dialer := &net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(c.Source)}}
+	tr.DialContext = dialer.DialContext
+	return &http.Client{Transport: tr}
 }
 
 // Response is a finished request.
@@ -253,7 +275,7 @@ func (c *Client) Do(method, path string, body any, headers ...string) *Response 
 	case c.Token != "":
 		req.Header.Set("X-Auth-Token", c.Token)
 	}
-	resp, err := c.env.HTTP.Client().Do(req)
+	resp, err := c.httpClient().Do(req)
 	if err != nil {
 		c.env.T.Fatalf("%s %s: %v", method, path, err)
 	}

@@ -20,6 +20,9 @@ func (c *Client) Accounts(ctx context.Context) ([]Account, error) {
 type NewAccount struct {
 	UserName, Password, RoleID string
 	SystemID                   string
+	// PasswordChangeRequired makes Password temporary: the account must
+	// set its own before it may do anything else.
+	PasswordChangeRequired bool
 }
 
 // CreateAccount creates an account.
@@ -27,6 +30,9 @@ func (c *Client) CreateAccount(ctx context.Context, a NewAccount) (Account, erro
 	body := map[string]any{"UserName": a.UserName, "Password": a.Password, "RoleId": a.RoleID}
 	if a.SystemID != "" {
 		body["Oem"] = map[string]any{"CxlPool": map[string]any{"SystemId": a.SystemID}}
+	}
+	if a.PasswordChangeRequired {
+		body["PasswordChangeRequired"] = true
 	}
 	r, err := c.Post(ctx, AccountsURI, body)
 	if err != nil {

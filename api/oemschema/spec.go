@@ -113,6 +113,8 @@ func extension() []complexType {
 			integer("OrphanedMiB", "The capacity the device holds for no chunk of the ledger, in MiB."),
 			integer("QuotaMiB", "The caller's host quota, in MiB (0: no limit)."),
 			integer("HeldMiB", "The capacity counted against the caller's host quota, in MiB."),
+			integer("DefaultHostQuotaMiB", "The quota of hosts without one of their own, in MiB; a fair share of the pool until set.").rw(),
+			boolean("DefaultHostQuotaIsFairShare", "Whether the default host quota is the fair share (pool ÷ heads) because no administrator set one."),
 			integer("StrandedChunks", "How many chunks are stranded by lost grants."),
 			integer("StrandedMiB", "The capacity of the stranded chunks, in MiB."),
 		}},

@@ -176,6 +176,127 @@ func (a *app) readSecret(prompt string) (string, error) {
 	return pw, nil
 }
 
+// newPassword reads a password being set for user: from file if given,
+// else twice on a terminal (they must match), else the next line of
+// standard input. $POOLCTL_PASSWORD is the caller's own password and is
+// never taken for it.
+func (a *app) newPassword(user, file string) (string, error) {
+	if file != "" {
+		return readPasswordFile(file)
+	}
+	hint := "give it with --new-password-file FILE or on standard input ($POOLCTL_PASSWORD is your own password, not the new one)"
+	if f, ok := a.stdin.(*os.File); ok && isTerminal(f) {
+		pw, err := a.readSecret(fmt.Sprintf("New password for %s: ", user))
+		if err != nil {
+			return "", err
+		}
+		again, err := a.readSecret(fmt.Sprintf("New password for %s, again: ", user))
+		if err != nil {
+			return "", err
+		}
+		if pw != again {
+			return "", errors.New("the two passwords differ; nothing changed")
+		}
+		return pw, nil
+	}
+	if a.stdinLines == nil {
+		a.stdinLines = &lineReader{r: bufio.NewReader(a.stdin)}
+	}
+	pw, err := a.stdinLines.next()
+	if err != nil {
+		return "", fmt.Errorf("reading the new password for %s from standard input: %w (%s)", user, err, hint)
+	}
+	return pw, nil
+}
+
+// withResolution adds the service's reason (a message's Resolution) to a
+// refused request: a wrong password, an account locked until a time, a
+// wait after failures, the password rule a new password broke.
+func withResolution(err error) error {
+	var e *client.Error
+	if !errors.As(err, &e) {
+		return err
+	}
+	for _, m := range e.Messages {
+		if m.Resolution != "" && !strings.Contains(m.Message, "Resolution") {
+			return fmt.Errorf("%w\n%s", err, printableLine(m.Resolution))
+		}
+	}
+	return err
+}
+
+// printableLine keeps a server's text from driving the terminal.
+func printableLine(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < ' ' || r == 0x7f {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+// --- passwd ---
+
+// cmdPasswd changes the caller's own password (ConfigureSelf). The session
+// it runs in stays; the account's other sessions end.
+func cmdPasswd(ctx context.Context, a *app, args []string) error {
+	fs := a.flags("passwd", "[--new-password-file FILE]")
+	pwFile := fs.String("new-password-file", "", "read the new password from the first line of `file` "+
+		"(default: prompt twice on a terminal, else the next line of standard input)")
+	if _, err := parse(fs, args, 0, 0); err != nil {
+		return err
+	}
+	ctx, cancel := a.deadline(ctx, false)
+	defer cancel()
+	c, err := a.client()
+	if err != nil {
+		return err
+	}
+	uri, user, err := ownAccount(ctx, c)
+	if err != nil {
+		return explain(err)
+	}
+	pw, err := a.newPassword(user, *pwFile)
+	if err != nil {
+		return fmt.Errorf("passwd: %w", err)
+	}
+	if _, err := c.Patch(ctx, uri, map[string]any{"Password": pw}); err != nil {
+		return withResolution(explain(err))
+	}
+	out := struct {
+		User    string `json:"user"`
+		Account string `json:"account"`
+	}{user, uri}
+	if a.g.json {
+		return a.printJSON(out)
+	}
+	fmt.Fprintf(a.stdout, "Changed the password of %s; its other sessions were ended.\n", user)
+	return nil
+}
+
+// ownAccount finds the caller's account URI and name. An account that
+// must change its password first may read nothing but its own account,
+// whose URI the 403 PasswordChangeRequired names.
+func ownAccount(ctx context.Context, c *client.Client) (uri, user string, err error) {
+	me, err := c.Me(ctx)
+	if err == nil {
+		return me.ODataID, me.UserName, nil
+	}
+	var e *client.Error
+	if errors.As(err, &e) && e.Status == http.StatusForbidden {
+		for _, m := range e.Messages {
+			if strings.HasSuffix(m.MessageID, ".PasswordChangeRequired") && len(m.MessageArgs) > 0 {
+				var acc client.Account
+				if gerr := c.Get(ctx, m.MessageArgs[0], &acc); gerr != nil {
+					return "", "", gerr
+				}
+				return acc.ODataID, acc.UserName, nil
+			}
+		}
+	}
+	return "", "", err
+}
+
 // lineReader hands out the lines of a stream one by one.
 type lineReader struct{ r *bufio.Reader }
 
@@ -277,7 +398,7 @@ func cmdLogin(ctx context.Context, a *app, args []string) error {
 	old, _ := a.loadSession(cfg.Server)
 	s, err := c.Login(ctx)
 	if err != nil {
-		return err
+		return withResolution(err)
 	}
 	tok, uri := c.Token()
 	path, err := a.saveSession(storedSession{Server: cfg.Server, User: cfg.User, Token: tok, Session: uri, Created: time.Now().UTC()})

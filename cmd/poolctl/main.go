@@ -227,6 +227,7 @@ func commands() []command {
 	return []command{
 		{"login", "", "open a session and store its token for --server", cmdLogin},
 		{"logout", "", "end the stored session", cmdLogout},
+		{"passwd", "[--new-password-file FILE]", "change your own password", cmdPasswd},
 		{"status", "", "pool capacity (total, reserved, granted, free) and device health", cmdStatus},
 		{"hosts", "[HostN]", "attached hosts: head, link, granted capacity, quota; with HostN, that host and its connections", cmdHosts},
 		{"quota", "HostN SIZE|none", "set a host's quota: later grants to it must fit (administrators, operators)", cmdQuota},
@@ -238,7 +239,7 @@ func commands() []command {
 		{"resize", "HostN SIZE [--dry-run]", "bring a host to SIZE: grow by one new chunk, shrink by releasing whole chunks", cmdResize},
 		{"free", "CHUNK... | --stranded", "return chunks that no host uses to the pool; --stranded: every chunk lost grants left", cmdFree},
 		{"watch", "[--count N] [--after EVENT_ID]", "print events as they happen, each with its event id (Ctrl-C stops)", cmdWatch},
-		{"accounts", "[list | add NAME --role ROLE [--system HostN] | remove NAME]", "manage accounts (administrators)", cmdAccounts},
+		{"accounts", "[list | add NAME --role ROLE [--system HostN] [--temporary] | remove NAME | unlock NAME]", "manage accounts (administrators)", cmdAccounts},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 	}
 }

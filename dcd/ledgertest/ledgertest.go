@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) dcd.Ledger) {
 		{"BeginGrantChecked", s.testBeginGrantChecked},
 		{"AdoptGrant", s.testAdoptGrant},
 		{"Quota", s.testQuota},
+		{"DefaultQuota", s.testDefaultQuota},
 		{"Transitions", s.testTransitions},
 		{"TransitionNotFound", s.testTransitionNotFound},
 		{"GrantRecords", s.testGrantRecords},
@@ -588,6 +589,9 @@ func (s suite) testQuota(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			l := s.synced(t)
 			ctx := t.Context()
+			// Without a quota of its own a host has the default: none here
+			// (testDefaultQuota covers it).
+			checkErr(t, "SetDefaultHostQuota", l.SetDefaultHostQuota(ctx, 0))
 			checkErr(t, "SetHostQuota", l.SetHostQuota(ctx, 1, tc.quota))
 			h, err := l.Host(ctx, 1)
 			checkErr(t, "Host", err)
@@ -610,6 +614,45 @@ func (s suite) testQuota(t *testing.T) {
 			}
 		})
 	}
+}
+
+// testDefaultQuota: a host without a quota of its own is limited by the
+// default, a fair share of the pool (its regions over its hosts, whole
+// MiB) until one is set; a set default (0: none) replaces it, and a host's
+// own quota overrides either.
+func (s suite) testDefaultQuota(t *testing.T) {
+	l := s.synced(t)
+	ctx := t.Context()
+	inv := Inventory()
+	var pool uint64
+	for _, r := range inv.Regions {
+		pool += r.Length
+	}
+	share := pool / uint64(len(inv.Hosts)) &^ (1<<20 - 1)
+	d, err := l.DefaultHostQuota(ctx)
+	checkErr(t, "DefaultHostQuota", err)
+	if diff := cmp.Diff(dcd.DefaultQuota{Bytes: share, FairShare: true}, d); diff != "" {
+		t.Errorf("default before any setting (-want +got):\n%s", diff)
+	}
+	grant := func(host dcd.HostID, size uint64) error {
+		_, err := l.BeginGrant(ctx, mustChunk(t, l, Region0, size, false).ID, host, nil)
+		return err
+	}
+	over := (share/Block + 1) * Block
+	if over <= share { // a share below one block
+		over = share + Block
+	}
+	checkErr(t, "grant over the fair share", grant(1, over), dcd.ErrQuotaExceeded)
+	checkErr(t, "SetDefaultHostQuota", l.SetDefaultHostQuota(ctx, 2*Block))
+	if d, err = l.DefaultHostQuota(ctx); err != nil || d != (dcd.DefaultQuota{Bytes: 2 * Block}) {
+		t.Errorf("DefaultHostQuota after setting: %+v, %v", d, err)
+	}
+	checkErr(t, "grant over the set default", grant(1, 3*Block), dcd.ErrQuotaExceeded)
+	checkErr(t, "grant within it", grant(1, 2*Block))
+	checkErr(t, "SetHostQuota", l.SetHostQuota(ctx, 2, 4*Block))
+	checkErr(t, "own quota over the default", grant(2, 3*Block))
+	checkErr(t, "SetDefaultHostQuota", l.SetDefaultHostQuota(ctx, 0))
+	checkErr(t, "no default limit", grant(3, 4*Block))
 }
 
 // driveTo begins a grant of c to host and moves it to st through the

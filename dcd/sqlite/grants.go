@@ -37,13 +37,17 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 				return err
 			}
 		}
-		if h.Quota > 0 {
+		quota, err := effectiveQuota(ctx, tx, h) // its own, else the default
+		if err != nil {
+			return err
+		}
+		if quota > 0 {
 			var held int64
 			if err := tx.QueryRowContext(ctx, qHostHeld, host).Scan(&held); err != nil {
 				return err
 			}
-			if used := u64(held); c.Size > h.Quota || used > h.Quota-c.Size {
-				return fmt.Errorf("host holds %d of %d bytes, chunk needs %d: %w", used, h.Quota, c.Size, dcd.ErrQuotaExceeded)
+			if used := u64(held); c.Size > quota || used > quota-c.Size {
+				return fmt.Errorf("host holds %d of %d bytes, chunk needs %d: %w", used, quota, c.Size, dcd.ErrQuotaExceeded)
 			}
 		}
 		now := l.now()

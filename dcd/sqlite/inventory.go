@@ -145,7 +145,7 @@ func getHost(ctx context.Context, tx *Tx, id dcd.HostID) (dcd.Host, error) {
 	return h, nil
 }
 
-// SetHostQuota sets a host's quota in bytes (0: no limit). It applies to
+// SetHostQuota sets a host's quota in bytes (0: the default quota applies). It applies to
 // grants begun from now on; existing grants are kept.
 func (l *Ledger) SetHostQuota(ctx context.Context, id dcd.HostID, quota uint64) error {
 	err := l.tx(ctx, func(tx *Tx) error {

@@ -28,7 +28,8 @@ type HandlerConfig struct {
 }
 
 // NewHandler returns the endpoint: it upgrades the request, subscribes to
-// hub and writes every frame as one binary message. Frames the client is
+// hub and writes every frame as one binary message until the client goes
+// or the request's context ends (then with a close frame, 1008). Frames the client is
 // too slow for are dropped by the hub (see Hub); the sequence numbers let
 // the client see the gap.
 func NewHandler(hub *Hub, cfg HandlerConfig) http.Handler {
@@ -99,6 +100,13 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	for {
 		select {
 		case <-gone:
+			return
+		case <-r.Context().Done():
+			// The mounting API ended the stream (its credentials no
+			// longer stand, or the service stops): say why and close.
+			_ = conn.WriteControl(websocket.CloseMessage,
+				websocket.FormatCloseMessage(websocket.ClosePolicyViolation, "stream ended by the service"),
+				time.Now().Add(h.cfg.WriteTimeout))
 			return
 		case f, ok := <-sub.C():
 			if !ok {
