@@ -374,9 +374,7 @@ func TestOemObjectsTyped(t *testing.T) {
 			}
 			apitest.Validate(t, r.Body)
 			oemTypes(r.JSON(t), types)
-			for _, l := range apitest.Links(r.Body) {
-				queue = append(queue, l)
-			}
+			queue = append(queue, apitest.Links(r.Body)...)
 		}
 		for _, w := range tc.want {
 			if !types["#CxlPool.v1_0_0."+w] {
