@@ -258,7 +258,7 @@ func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t Target) 
 				used += c.Size
 			}
 		}
-		return errQuota(h, v.hosts[h].Quota, used, ch.Size).WithCause(err)
+		return errQuota(h, v.quota(h), used, ch.Size).WithCause(err)
 	}
 	return FromDomain(err, t)
 }

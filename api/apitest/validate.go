@@ -296,6 +296,16 @@ func (v *Validator) checkOem(x any, path string) error {
 					if strings.Contains(vendor, "@") {
 						continue
 					}
+					if action, ok := strings.CutPrefix(vendor, "#"); ok {
+						// An OEM action under Actions/Oem (DSP0266):
+						// "#CxlPool.<Action>", an object with its target.
+						if !strings.HasPrefix(action, oemschema.Vendor+".") {
+							errs = append(errs, fmt.Errorf("%s/Oem/%s: OEM action not named #%s.<Action>", path, vendor, oemschema.Vendor))
+						} else if m, ok := obj.(map[string]any); !ok || m["target"] == nil {
+							errs = append(errs, fmt.Errorf("%s/Oem/%s: OEM action without a target", path, vendor))
+						}
+						continue
+					}
 					if err := v.checkOemObject(vendor, obj); err != nil {
 						errs = append(errs, fmt.Errorf("%s/Oem/%s: %w", path, vendor, err))
 					}
