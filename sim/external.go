@@ -88,7 +88,7 @@ var ErrHostBusy = errors.New("sim: the head already has an external host connect
 
 // extHost is the state of a head handed to an external host.
 type extHost struct {
-	mu sync.Mutex
+	mu  sync.Mutex
 	ep  *mctp.Endpoint // the connected host, nil while none is
 	tag uint8          // CCI tag of the last Event Notification
 }

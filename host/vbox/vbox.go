@@ -416,7 +416,9 @@ func (b *Backend) refresh(ctx context.Context) error {
 		}
 	}
 	for tag, es := range byTag {
-		slices.SortFunc(es, func(x, y cci.Extent) int { return cmp.Or(cmp.Compare(x.SharedSeq, y.SharedSeq), cmp.Compare(x.DPA, y.DPA)) })
+		slices.SortFunc(es, func(x, y cci.Extent) int {
+			return cmp.Or(cmp.Compare(x.SharedSeq, y.SharedSeq), cmp.Compare(x.DPA, y.DPA))
+		})
 		t := b.tags[tag]
 		if t == nil {
 			t = &tagState{maps: map[*mapping]struct{}{}}
