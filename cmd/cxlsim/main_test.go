@@ -3,8 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"cxlpool/host"
-	"cxlpool/host/vbox"
 	"encoding/binary"
 	"io"
 	"path/filepath"
@@ -17,6 +15,8 @@ import (
 	"cxlpool/fabric/cci"
 	"cxlpool/fabric/mctp"
 	"cxlpool/fabric/serial"
+	"cxlpool/host"
+	"cxlpool/host/vbox"
 	"cxlpool/sim"
 )
 
