@@ -95,13 +95,15 @@ type extHost struct {
 
 // SetExternal hands head ld to an external host: its built-in policy stops
 // answering events, which wait in the head's DC log until a host connects
-// through ServeHost. It cannot be undone.
+// through ServeHost; a synthetic workload on it stops. It cannot be
+// undone.
 func (b *Box) SetExternal(ld int) error {
 	h := b.Host(ld)
 	if h == nil {
 		return fmt.Errorf("sim: no head %d (heads: %d)", ld, len(b.hosts))
 	}
 	h.ext.CompareAndSwap(nil, &extHost{})
+	b.StopWorkload(ld) // the box no longer writes the head's memory
 	return nil
 }
 
