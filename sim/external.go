@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -228,4 +231,83 @@ func (h *Host) notifyExternal(ctx context.Context, x *extHost) {
 	if _, err := ep.Request(tctx, ExternalHostEID, mctp.MsgTypeCXLCCI, raw); err != nil && ctx.Err() == nil {
 		h.box.log.Debug("external host did not acknowledge event notification", "ld", h.ld, "err", err)
 	}
+}
+
+// ExternalHosts names heads handed to external hosts: LD → "unix:PATH".
+// As a flag.Value it reads comma-separated LD=unix:PATH items.
+type ExternalHosts map[int]string
+
+func (e ExternalHosts) String() string {
+	lds := make([]int, 0, len(e))
+	for ld := range e {
+		lds = append(lds, ld)
+	}
+	slices.Sort(lds)
+	parts := make([]string, len(lds))
+	for i, ld := range lds {
+		parts[i] = strconv.Itoa(ld) + "=" + e[ld]
+	}
+	return strings.Join(parts, ",")
+}
+
+// Set adds LD=unix:PATH items.
+func (e ExternalHosts) Set(v string) error {
+	for _, item := range strings.Split(v, ",") {
+		if item = strings.TrimSpace(item); item == "" {
+			continue
+		}
+		k, addr, ok := strings.Cut(item, "=")
+		ld, err := strconv.Atoi(k)
+		if !ok || err != nil || ld < 0 || !strings.HasPrefix(addr, "unix:") || len(addr) == len("unix:") {
+			return fmt.Errorf("external host %q: want LD=unix:PATH", item)
+		}
+		e[ld] = addr
+	}
+	return nil
+}
+
+// ServeExternalHosts hands every head of e to an external host and serves
+// its socket (a stale socket file is replaced) until ctx ends or the box
+// closes. It returns once all of them listen; wait blocks until they have
+// stopped. On error nothing is left listening, but the heads already
+// handed over stay external.
+func (b *Box) ServeExternalHosts(ctx context.Context, e ExternalHosts) (wait func(), err error) {
+	var ls []*net.UnixListener
+	lds := make([]int, 0, len(e))
+	for ld := range e {
+		lds = append(lds, ld)
+	}
+	slices.Sort(lds)
+	fail := func(err error) (func(), error) {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+		return nil, err
+	}
+	for _, ld := range lds {
+		if err := b.SetExternal(ld); err != nil {
+			return fail(err)
+		}
+		l, err := serial.Listen(e[ld])
+		if err != nil {
+			return fail(fmt.Errorf("sim: head %d: %w", ld, err))
+		}
+		ul, ok := l.(*net.UnixListener)
+		if !ok {
+			_ = l.Close()
+			return fail(fmt.Errorf("sim: head %d: %s is not a Unix socket", ld, e[ld]))
+		}
+		ls = append(ls, ul)
+	}
+	var wg sync.WaitGroup
+	for i, l := range ls {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := b.ServeHostListener(ctx, lds[i], l); err != nil {
+				b.log.Error("external host listener", "ld", lds[i], "err", err)
+			}
+		}()
+	}
+	return wg.Wait, nil
 }

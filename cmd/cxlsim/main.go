@@ -19,12 +19,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
 
@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&sor, "sanitize-on-release", "regions whose Sanitize on Release starts on: all, none or a list such as 0,2")
 	sorConf := regionSet{all: true}
 	fs.Var(&sorConf, "sor-configurable", "regions whose Sanitize on Release the FM may change (5602h): all, none or a list")
-	external := externalValue{}
+	external := sim.ExternalHosts{}
 	fs.Var(&external, "external-host", "hand head LD to an external host process: LD=unix:PATH; repeatable or comma separated")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -117,32 +117,15 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 
 	ctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	defer func() {
-		cancel()
-		wg.Wait()
-	}()
-	for ld, addr := range external {
-		if err := box.SetExternal(ld); err != nil {
-			return fmt.Errorf("--external-host: %w", err)
-		}
-		hl, err := serial.Listen(addr)
-		if err != nil {
-			return fmt.Errorf("--external-host %d: %w", ld, err)
-		}
-		ul, ok := hl.(*net.UnixListener)
-		if !ok {
-			_ = hl.Close()
-			return fmt.Errorf("--external-host %d=%s: want unix:PATH", ld, addr)
-		}
-		fmt.Fprintf(stdout, "cxlsim head %d external host on unix:%s\n", ld, ul.Addr())
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := box.ServeHostListener(ctx, ld, ul); err != nil {
-				cfg.Logger.Error("external host listener", "ld", ld, "err", err)
-			}
-		}()
+	defer cancel()
+	wait, err := box.ServeExternalHosts(ctx, external)
+	if err != nil {
+		return fmt.Errorf("--external-host: %w", err)
+	}
+	defer wait() // after cancel (deferred later, runs first)
+	defer cancel()
+	for _, ld := range slices.Sorted(maps.Keys(external)) {
+		fmt.Fprintf(stdout, "cxlsim head %d external host on %s\n", ld, external[ld])
 	}
 	l, err := serial.Listen(*listen)
 	if err != nil {
@@ -156,32 +139,6 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	cfg.Logger.Info("box ready", "heads", cfg.Heads, "capacity", cfg.Capacity, "regions", cfg.Regions, "eid", cfg.EID)
 	return box.ServeListener(ctx, l)
-}
-
-// externalValue collects --external-host settings by LD.
-type externalValue map[int]string
-
-func (e externalValue) String() string {
-	var parts []string
-	for ld, a := range e {
-		parts = append(parts, fmt.Sprintf("%d=%s", ld, a))
-	}
-	return strings.Join(parts, ",")
-}
-
-func (e externalValue) Set(v string) error {
-	for _, item := range strings.Split(v, ",") {
-		if item = strings.TrimSpace(item); item == "" {
-			continue
-		}
-		k, addr, ok := strings.Cut(item, "=")
-		ld, err := strconv.Atoi(k)
-		if !ok || err != nil || ld < 0 || !strings.HasPrefix(addr, "unix:") || len(addr) == len("unix:") {
-			return fmt.Errorf("external host %q: want LD=unix:PATH", item)
-		}
-		e[ld] = addr
-	}
-	return nil
 }
 
 // policyValue collects --host-policy settings by LD.
