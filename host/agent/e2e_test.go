@@ -27,7 +27,7 @@ type rig struct {
 	backends [2]*vbox.Backend
 }
 
-func newRig(t *testing.T) *rig {
+func newRig(t testing.TB) *rig {
 	t.Helper()
 	env := apitest.NewServer(t, apitest.Options{Sim: func(c *sim.Config) {
 		c.Capacity = 16 << 30
@@ -68,7 +68,7 @@ func newRig(t *testing.T) *rig {
 	return r
 }
 
-func (r *rig) boxClient(t *testing.T, user, password string) *client.Client {
+func (r *rig) boxClient(t testing.TB, user, password string) *client.Client {
 	t.Helper()
 	c, err := client.New(client.Config{Server: r.env.HTTP.URL, User: user, Password: password})
 	if err != nil {
@@ -78,7 +78,7 @@ func (r *rig) boxClient(t *testing.T, user, password string) *client.Client {
 }
 
 // agentAt enrolls an agent for head ld as user and serves its local API.
-func (r *rig) agentAt(t *testing.T, ld int, user string) *agent.LocalClient {
+func (r *rig) agentAt(t testing.TB, ld int, user string) *agent.LocalClient {
 	t.Helper()
 	a, err := agent.New(t.Context(), agent.Config{Backend: r.backends[ld], Box: r.boxClient(t, user, apitest.UserPassword)})
 	if err != nil {
