@@ -24,11 +24,16 @@ import (
 	"os/signal"
 	"strings"
 	"syscall"
+	"time"
 
 	"cxlpool/api/client"
 	"cxlpool/host/agent"
 	"cxlpool/host/vbox"
 )
+
+// agentPollInitial is the first task-monitor poll interval of attach and
+// detach; it doubles from there as the client does.
+const agentPollInitial = 5 * time.Millisecond
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -81,7 +86,10 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if !ok || !strings.HasPrefix(addr, "unix:") {
 		return fmt.Errorf("--device %q: want vbox:unix:PATH (the only backend so far)", *device)
 	}
-	c, err := client.New(client.Config{Server: *box, User: *user, Password: password, CAFile: *ca, UserAgent: "cxlhost"})
+	// The agent waits on its own grants: poll their tasks briskly (the
+	// client's 100 ms first poll would dominate an attach).
+	c, err := client.New(client.Config{Server: *box, User: *user, Password: password, CAFile: *ca, UserAgent: "cxlhost",
+		PollInitial: agentPollInitial})
 	if err != nil {
 		return err
 	}

@@ -70,7 +70,7 @@ func newRig(t testing.TB) *rig {
 
 func (r *rig) boxClient(t testing.TB, user, password string) *client.Client {
 	t.Helper()
-	c, err := client.New(client.Config{Server: r.env.HTTP.URL, User: user, Password: password})
+	c, err := client.New(client.Config{Server: r.env.HTTP.URL, User: user, Password: password, PollInitial: 5 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
