@@ -46,8 +46,9 @@ func (a *app) agentClient(flagValue string) *agent.LocalClient {
 }
 
 func hostAttach(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("host attach", "SIZE [--name N] [--agent SOCKET]")
+	fs := a.flags("host attach", "SIZE [--name N] [--shared] [--agent SOCKET]")
 	name := fs.String("name", "", "a `name` for the chunk")
+	shared := fs.Bool("shared", false, "reserve sharable capacity, so that an administrator can 'poolctl share' it to other hosts")
 	sock := fs.String("agent", "", "the host agent's `socket` (default $CXLHOST_SOCKET or "+defaultAgentSocket+")")
 	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
@@ -59,7 +60,7 @@ func hostAttach(ctx context.Context, a *app, args []string) error {
 	}
 	ctx, cancel := a.deadline(ctx, false)
 	defer cancel()
-	at, err := a.agentClient(*sock).Attach(ctx, agent.AttachRequest{SizeBytes: n, Name: *name})
+	at, err := a.agentClient(*sock).Attach(ctx, agent.AttachRequest{SizeBytes: n, Name: *name, Shared: *shared})
 	if err != nil {
 		return err
 	}
@@ -100,13 +101,18 @@ func hostDetach(ctx context.Context, a *app, args []string) error {
 	}
 	ctx, cancel := a.deadline(ctx, false)
 	defer cancel()
-	if err := a.agentClient(*sock).Detach(ctx, pos[0], *force); err != nil {
+	d, err := a.agentClient(*sock).Detach(ctx, pos[0], *force)
+	if err != nil {
 		return err
 	}
 	if a.g.json {
-		return a.printJSON(map[string]string{"detached": pos[0]})
+		return a.printJSON(d)
 	}
-	fmt.Fprintf(a.stdout, "Detached %s.\n", pos[0])
+	if d.ChunkFreed {
+		fmt.Fprintf(a.stdout, "Detached %s; chunk %s freed.\n", d.Tag, lastSegment(d.Chunk))
+	} else {
+		fmt.Fprintf(a.stdout, "Detached %s; chunk %s kept: %s.\n", d.Tag, lastSegment(d.Chunk), d.Kept)
+	}
 	return nil
 }
 

@@ -77,7 +77,9 @@ func TestHostVerbs(t *testing.T) {
 	if r := c.ok(c.run("host", "list")); !strings.Contains(r.stdout, list[0].Tag) || !strings.Contains(r.stdout, "online") {
 		t.Errorf("host list table:\n%s", r.stdout)
 	}
-	c.ok(c.run("host", "detach", list[0].Tag))
+	if r := c.ok(c.run("host", "detach", list[0].Tag)); !strings.Contains(r.stdout, "freed") {
+		t.Errorf("detach output %q, want the chunk freed", r.stdout)
+	}
 	c.fails(c.run("host", "detach", list[0].Tag), exitError, "no attachment with that tag")
 	c.fails(c.run("host", "attach", "1000"), exitUsage, "whole number of MiB")
 	c.fails(c.run("host", "bogus"), exitUsage, "unknown subcommand")

@@ -144,7 +144,7 @@ func commands() []command {
 		{"free", "CHUNK", "return a chunk that no host uses to the pool", cmdFree},
 		{"watch", "[--count N]", "print events as they happen (Ctrl-C stops)", cmdWatch},
 		{"accounts", "[list | add NAME --role ROLE [--system HostN] | remove NAME]", "manage accounts (administrators)", cmdAccounts},
-		{"host", "[list | attach SIZE [--name N] | detach TAG [--force]] [--agent SOCKET]", "on a host: attach pool memory through the local agent (cxlhost) and print how to map it", cmdHost},
+		{"host", "[list | attach SIZE [--name N] [--shared] | detach TAG [--force]] [--agent SOCKET]", "on a host: attach pool memory through the local agent (cxlhost) and print how to map it", cmdHost},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 	}
 }

@@ -6,7 +6,8 @@
 // LocalClient) carries the requests of `poolctl host`.
 //
 // Not done yet: reporting per-tag state (online, in use) to the box,
-// shared attaches across hosts (--shared), system-ram mode.
+// joining a share by name from a host account (an administrator adds
+// hosts to a shared chunk), system-ram mode.
 package agent
 
 import (
@@ -118,6 +119,12 @@ func (a *Agent) Identity() host.Identity { return a.id }
 type AttachRequest struct {
 	SizeBytes uint64 `json:"size_bytes"`
 	Name      string `json:"name,omitempty"`
+	// Shared reserves in a sharable region, so that an administrator can
+	// give the same bytes to other hosts (`poolctl share CHUNK --host
+	// HostN`); their agents then list the tag like their own. A host
+	// account cannot see another host's chunk, so it cannot join a
+	// share by name itself.
+	Shared bool `json:"shared,omitempty"`
 }
 
 // Attachment is a tag's capacity on this host and how an app reaches it.
@@ -172,7 +179,7 @@ func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, erro
 	if err != nil {
 		return Attachment{}, fmt.Errorf("agent: %w", err)
 	}
-	chunk, err := c.ReserveChunk(ctx, client.ChunkRequest{SizeMiB: req.SizeBytes / mib, Name: req.Name})
+	chunk, err := c.ReserveChunk(ctx, client.ChunkRequest{SizeMiB: req.SizeBytes / mib, Name: req.Name, Sharable: req.Shared})
 	if err != nil {
 		return Attachment{}, fmt.Errorf("agent: reserve %d MiB: %w", req.SizeBytes/mib, err)
 	}
@@ -275,30 +282,50 @@ func (a *Agent) List(ctx context.Context) ([]Attachment, error) {
 // Detach gives the whole tag back: refused while the memory is in use
 // (host.ErrBusy) unless force; then the box releases the connection (the
 // device asks the host, the backend answers), the agent waits until the
-// host no longer holds the tag and frees the chunk if nobody else holds it.
-func (a *Agent) Detach(ctx context.Context, tag string, force bool) error {
+// host no longer holds the tag and frees the chunk unless another host
+// still holds it (shared: the box refuses with 409) or it is not this
+// host's to free (a chunk shared to it); Detached says which.
+func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, error) {
 	tag = strings.ToLower(tag)
 	chunk, conn, err := a.find(ctx, tag)
+	out := Detached{Tag: tag, Chunk: chunk.ODataID, Connection: conn}
 	if err != nil {
-		return fmt.Errorf("agent: detach %s: %w", tag, err)
+		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
 	if conn == "" {
-		return fmt.Errorf("agent: detach %s: %w", tag, ErrNotAttached)
+		return out, fmt.Errorf("agent: detach %s: %w", tag, ErrNotAttached)
 	}
 	if err := a.cfg.Backend.Release(ctx, tag, force); err != nil {
-		return fmt.Errorf("agent: detach %s: %w", tag, err)
+		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
 	if err := a.cfg.Box.DeleteAndWait(ctx, conn, nil); err != nil {
-		return fmt.Errorf("agent: detach %s: release %s: %w", tag, conn, err)
+		return out, fmt.Errorf("agent: detach %s: release %s: %w", tag, conn, err)
 	}
 	if err := a.cfg.Backend.WaitGone(ctx, tag); err != nil {
-		return fmt.Errorf("agent: detach %s: %w", tag, err)
+		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
-	if x := chunk.Oem.CxlPool; x != nil && len(x.Grants) <= 1 {
-		if err := a.cfg.Box.DeleteAndWait(ctx, chunk.ODataID, nil); err != nil && client.StatusOf(err) != http.StatusNotFound {
-			return fmt.Errorf("agent: detach %s: released, but freeing chunk %s failed: %w", tag, chunk.ODataID, err)
-		}
+	// A host account sees only its own grant of the chunk, so whether
+	// others hold it shows only in the box's answer.
+	switch err := a.cfg.Box.DeleteAndWait(ctx, chunk.ODataID, nil); {
+	case err == nil:
+		out.ChunkFreed = true
+	case client.StatusOf(err) == http.StatusConflict:
+		out.Kept = "other hosts still hold the chunk"
+	case client.StatusOf(err) == http.StatusNotFound, client.StatusOf(err) == http.StatusForbidden:
+		out.Kept = "the chunk is another host's to free (poolctl free)"
+	default:
+		return out, fmt.Errorf("agent: detach %s: released, but freeing chunk %s failed: %w", tag, chunk.ODataID, err)
 	}
-	a.log.Info("detached", "tag", tag, "forced", force)
-	return nil
+	a.log.Info("detached", "tag", tag, "forced", force, "chunk_freed", out.ChunkFreed)
+	return out, nil
+}
+
+// Detached is the outcome of a detach: the tag is gone from the host;
+// its chunk is freed unless Kept says why not.
+type Detached struct {
+	Tag        string `json:"tag"`
+	Chunk      string `json:"chunk,omitempty"`
+	Connection string `json:"connection,omitempty"`
+	ChunkFreed bool   `json:"chunk_freed"`
+	Kept       string `json:"kept,omitempty"`
 }

@@ -196,17 +196,17 @@ func TestAttachWriteDetachReattach(t *testing.T) {
 		t.Fatalf("List() = %+v, want the kv attachment in use", list)
 	}
 	var le *agent.LocalError
-	if err := a.Detach(ctxT(t), at.Tag, false); !errors.As(err, &le) || le.Status != http.StatusConflict {
+	if _, err := a.Detach(ctxT(t), at.Tag, false); !errors.As(err, &le) || le.Status != http.StatusConflict {
 		t.Fatalf("Detach while mapped = %v, want 409 in use", err)
 	}
 	_ = m.Close()
-	if err := a.Detach(ctxT(t), at.Tag, false); err != nil {
-		t.Fatal(err)
+	if d, err := a.Detach(ctxT(t), at.Tag, false); err != nil || !d.ChunkFreed {
+		t.Fatalf("Detach = %+v, %v; want the chunk freed", d, err)
 	}
 	if list, err := a.List(ctxT(t)); err != nil || len(list) != 0 {
 		t.Fatalf("after detach: List() = %+v, %v; want nothing", list, err)
 	}
-	if err := a.Detach(ctxT(t), at.Tag, false); !errors.As(err, &le) || le.Status != http.StatusNotFound {
+	if _, err := a.Detach(ctxT(t), at.Tag, false); !errors.As(err, &le) || le.Status != http.StatusNotFound {
 		t.Errorf("second Detach = %v, want 404", err)
 	}
 
@@ -225,7 +225,7 @@ func TestAttachWriteDetachReattach(t *testing.T) {
 	if got := mapPath(t, bt)[4096 : 4096+len(secret)]; !bytes.Equal(got, make([]byte, len(secret))) {
 		t.Errorf("B reads %q where A wrote, want zeros", got)
 	}
-	if err := b.Detach(ctxT(t), bt.Tag, false); err != nil {
+	if _, err := b.Detach(ctxT(t), bt.Tag, false); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -249,5 +249,61 @@ func TestAttachRefusals(t *testing.T) {
 	}
 	if list, err := r.backends[0].List(ctxT(t)); err != nil || len(list) != 0 {
 		t.Errorf("after refusals the host holds %+v, %v", list, err)
+	}
+}
+
+// A shared attach: A attaches sharable capacity, an administrator shares
+// the chunk to Host1, B's agent lists the same tag and B reads A's writes
+// through its own mapping; A's detach keeps the chunk for B, B's frees it.
+func TestSharedAttach(t *testing.T) {
+	r := newRig(t)
+	a := r.agentAt(t, 0, apitest.UserHost0)
+	b := r.agentAt(t, 1, apitest.UserHost1)
+	at, err := a.Attach(ctxT(t), agent.AttachRequest{SizeBytes: 256 << 20, Name: "shared-kv", Shared: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg := []byte("written by host A, read by host B")
+	copy(mapPath(t, at)[1<<20:], msg)
+
+	admin := r.boxClient(t, "admin", apitest.AdminPassword)
+	ep, err := admin.Initiator(ctxT(t), "Host1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Connect(ctxT(t), at.Chunk, []string{ep.ODataID}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.backends[1].Wait(ctxT(t), at.Tag); err != nil {
+		t.Fatal(err)
+	}
+	list, err := b.List(ctxT(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(list) != 1 || list[0].Tag != at.Tag || list[0].Name != "shared-kv" {
+		t.Fatalf("B lists %+v, want the shared tag %s", list, at.Tag)
+	}
+	m, err := r.backends[1].Map(ctxT(t), at.Tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := m.Bytes()[1<<20 : 1<<20+len(msg)]; !bytes.Equal(got, msg) {
+		t.Errorf("B reads %q, want %q", got, msg)
+	}
+	_ = m.Close()
+	d, err := a.Detach(ctxT(t), at.Tag, false)
+	if err != nil || d.ChunkFreed || d.Kept == "" {
+		t.Fatalf("A's detach of a chunk B still holds = %+v, %v; want the chunk kept", d, err)
+	}
+	if list, err := b.List(ctxT(t)); err != nil || len(list) != 1 {
+		t.Fatalf("after A's detach B lists %+v, %v; want the tag still", list, err)
+	}
+	// B may not free A's chunk; it stays reserved to A, with no grants.
+	if d, err := b.Detach(ctxT(t), at.Tag, false); err != nil || d.ChunkFreed {
+		t.Fatalf("B's detach = %+v, %v; want released, chunk kept", d, err)
+	}
+	if err := r.boxClient(t, apitest.UserHost0, apitest.UserPassword).DeleteAndWait(ctxT(t), at.Chunk, nil); err != nil {
+		t.Errorf("A frees its chunk after both detached: %v", err)
 	}
 }

@@ -22,7 +22,7 @@ import (
 //
 //	POST   /v1/attachments        {"size_bytes":N,"name":"kv"} → 201 Attachment
 //	GET    /v1/attachments        → 200 [Attachment]
-//	DELETE /v1/attachments/TAG[?force=true] → 204
+//	DELETE /v1/attachments/TAG[?force=true] → 200 Detached
 //
 // Errors are {"error": "...", "rule": "..."} with 400 (bad request), 404
 // (unknown tag), 409 (in use: host.ErrBusy) or 502 (the box refused or
@@ -65,11 +65,12 @@ func (a *Agent) Handler() http.Handler {
 	})
 	mux.HandleFunc("DELETE /v1/attachments/{tag}", func(w http.ResponseWriter, r *http.Request) {
 		force := r.URL.Query().Get("force") == "true"
-		if err := a.Detach(r.Context(), r.PathValue("tag"), force); err != nil {
+		d, err := a.Detach(r.Context(), r.PathValue("tag"), force)
+		if err != nil {
 			writeErr(w, statusOf(err), ruleOf(err), err)
 			return
 		}
-		w.WriteHeader(http.StatusNoContent)
+		writeJSON(w, http.StatusOK, d)
 	})
 	return mux
 }
@@ -233,10 +234,11 @@ func (c *LocalClient) List(ctx context.Context) ([]Attachment, error) {
 }
 
 // Detach gives a tag back.
-func (c *LocalClient) Detach(ctx context.Context, tag string, force bool) error {
+func (c *LocalClient) Detach(ctx context.Context, tag string, force bool) (Detached, error) {
 	p := "/v1/attachments/" + url.PathEscape(tag)
 	if force {
 		p += "?force=true"
 	}
-	return c.do(ctx, http.MethodDelete, p, nil, nil)
+	var d Detached
+	return d, c.do(ctx, http.MethodDelete, p, nil, &d)
 }
