@@ -105,6 +105,10 @@ type Backend interface {
 	// the tag cannot be mapped again and the device's release request is
 	// answered; WaitGone waits for that.
 	Release(ctx context.Context, tag string, force bool) error
+	// Keep undoes a Release the box did not follow (its release failed):
+	// the tag can be mapped again, unless the device has already asked
+	// for it back (ErrReleasing).
+	Keep(ctx context.Context, tag string) error
 	// WaitGone blocks until the host no longer holds tag.
 	WaitGone(ctx context.Context, tag string) error
 	Close() error

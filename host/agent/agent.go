@@ -299,6 +299,11 @@ func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, e
 		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
 	if err := a.cfg.Box.DeleteAndWait(ctx, conn, nil); err != nil {
+		// The box kept the grant: so does the host, usable as before
+		// (unless the device asked for it back meanwhile).
+		if kerr := a.cfg.Backend.Keep(context.WithoutCancel(ctx), tag); kerr != nil {
+			a.log.Warn("detach failed and the tag stays releasing", "tag", tag, "err", kerr)
+		}
 		return out, fmt.Errorf("agent: detach %s: release %s: %w", tag, conn, err)
 	}
 	if err := a.cfg.Backend.WaitGone(ctx, tag); err != nil {

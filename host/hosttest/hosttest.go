@@ -131,6 +131,19 @@ func testBusy(t *testing.T, f Fixture) {
 	if _, err := f.Backend.Map(ctxT(t), tagA); !errors.Is(err, host.ErrReleasing) {
 		t.Errorf("Map after Release = %v, want ErrReleasing", err)
 	}
+	// The box did not follow (say its release failed): Keep makes the tag
+	// usable again, and a second Release is as good as the first.
+	if err := f.Backend.Keep(ctxT(t), tagA); err != nil {
+		t.Fatalf("Keep: %v", err)
+	}
+	m, err = f.Backend.Map(ctxT(t), tagA)
+	if err != nil {
+		t.Fatalf("Map after Keep: %v", err)
+	}
+	_ = m.Close()
+	if err := f.Backend.Release(ctxT(t), tagA, false); err != nil {
+		t.Fatal(err)
+	}
 	if err := f.Revoke(ctxT(t), tagA); err != nil {
 		t.Fatal(err)
 	}
@@ -215,5 +228,8 @@ func testUnknown(t *testing.T, f Fixture) {
 	}
 	if err := f.Backend.Release(ctxT(t), tagA, false); !errors.Is(err, host.ErrUnknownTag) {
 		t.Errorf("Release(unknown) = %v, want ErrUnknownTag", err)
+	}
+	if err := f.Backend.Keep(ctxT(t), tagA); !errors.Is(err, host.ErrUnknownTag) {
+		t.Errorf("Keep(unknown) = %v, want ErrUnknownTag", err)
 	}
 }

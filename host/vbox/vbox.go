@@ -597,6 +597,22 @@ func (b *Backend) Release(ctx context.Context, tag string, force bool) error {
 	return b.answerRelease(ctx, tag)
 }
 
+// Keep lets tag be mapped again after a Release the box did not follow.
+func (b *Backend) Keep(_ context.Context, tag string) error {
+	tag = strings.ToLower(tag)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	t := b.tags[tag]
+	switch {
+	case t == nil:
+		return fmt.Errorf("vbox: tag %s: %w", tag, host.ErrUnknownTag)
+	case len(t.pending) > 0:
+		return fmt.Errorf("vbox: tag %s: the device asked for it back: %w", tag, host.ErrReleasing)
+	}
+	t.releasing = false
+	return nil
+}
+
 // Map maps the tag's extents contiguously: a PROT_NONE reservation of the
 // whole size, each extent mapped over it with MAP_FIXED from the memory
 // file, so nothing else of the device is reachable through the mapping.
