@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -91,9 +92,10 @@ var ErrHostBusy = errors.New("sim: the head already has an external host connect
 
 // extHost is the state of a head handed to an external host.
 type extHost struct {
-	mu  sync.Mutex
-	ep  *mctp.Endpoint // the connected host, nil while none is
-	tag uint8          // CCI tag of the last Event Notification
+	mu   sync.Mutex
+	busy bool           // a host is connected (or being greeted)
+	ep   *mctp.Endpoint // the connected host's endpoint, once it runs
+	tag  uint8          // CCI tag of the last Event Notification
 }
 
 // SetExternal hands head ld to an external host: its built-in policy stops
@@ -118,7 +120,8 @@ func (b *Box) External(ld int) bool {
 
 // ServeHostListener accepts external host connections for head ld until
 // ctx ends; one at a time is served, later ones while it lasts are closed
-// after the hello (ErrHostBusy is logged).
+// without a hello (ErrHostBusy is logged). Whoever may connect gets the
+// memory file: the socket's permissions are the access control.
 func (b *Box) ServeHostListener(ctx context.Context, ld int, l *net.UnixListener) error {
 	ctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(ctx, func() { _ = l.Close() })
@@ -158,6 +161,20 @@ func (b *Box) ServeHost(ctx context.Context, ld int, c *net.UnixConn) error {
 		return fmt.Errorf("sim: head %d is not handed to an external host (SetExternal)", ld)
 	}
 	x := h.ext.Load()
+	// Claim the head before the hello: a second host must not get the
+	// memory file.
+	x.mu.Lock()
+	if x.busy {
+		x.mu.Unlock()
+		return fmt.Errorf("sim: head %d: %w", ld, ErrHostBusy)
+	}
+	x.busy = true
+	x.mu.Unlock()
+	defer func() {
+		x.mu.Lock()
+		x.busy, x.ep = false, nil
+		x.mu.Unlock()
+	}()
 	hello, _ := HostHello{LD: uint16(ld), BoxEID: b.cfg.EID, HostEID: ExternalHostEID,
 		Size: b.mem.Size(), Serial: b.cfg.Serial}.MarshalBinary()
 	rights := unix.UnixRights(int(b.mem.Fd()))
@@ -185,19 +202,8 @@ func (b *Box) ServeHost(ctx context.Context, ld int, c *net.UnixConn) error {
 		return b.hostExec(ld, msg), true
 	})
 	x.mu.Lock()
-	if x.ep != nil {
-		x.mu.Unlock()
-		return fmt.Errorf("sim: head %d: %w", ld, ErrHostBusy)
-	}
 	x.ep = ep
 	x.mu.Unlock()
-	defer func() {
-		x.mu.Lock()
-		if x.ep == ep {
-			x.ep = nil
-		}
-		x.mu.Unlock()
-	}()
 	b.log.Info("external host connected", "ld", ld)
 	h.wake() // events may be waiting since SetExternal
 	err := ep.Run(ctx)
@@ -298,6 +304,10 @@ func (b *Box) ServeExternalHosts(ctx context.Context, e ExternalHosts) (wait fun
 			return fail(fmt.Errorf("sim: head %d: %s is not a Unix socket", ld, e[ld]))
 		}
 		ls = append(ls, ul)
+		// Whoever connects gets the whole memory file: only our user.
+		if err := os.Chmod(ul.Addr().String(), 0o600); err != nil {
+			return fail(fmt.Errorf("sim: head %d: %w", ld, err))
+		}
 	}
 	var wg sync.WaitGroup
 	for i, l := range ls {

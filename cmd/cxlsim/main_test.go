@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,6 +135,9 @@ func TestExternalHostFlag(t *testing.T) {
 		t.Fatalf("banner %q, want %q", line, want)
 	}
 	go func() { _, _ = io.Copy(io.Discard, r) }()
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("external host socket: %v, %v; want mode 0600 (it hands out the memory)", fi, err)
+	}
 	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 	defer dcancel()
 	b, err := vbox.Dial(dctx, "unix:"+sock, vbox.Config{})

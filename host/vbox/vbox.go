@@ -144,10 +144,19 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 // readHello reads the box's hello and the memory file descriptor with it.
 func readHello(ctx context.Context, c *net.UnixConn) (sim.HostHello, *os.File, error) {
 	var h sim.HostHello
-	if dl, ok := ctx.Deadline(); ok {
-		_ = c.SetReadDeadline(dl)
-		defer c.SetReadDeadline(time.Time{})
-	}
+	// ctx may end the read; once it has read, ctx ending (as callers'
+	// contexts do) must not touch the connection the backend keeps.
+	cut := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		_ = c.SetReadDeadline(time.Now())
+		close(cut)
+	})
+	defer func() {
+		if !stop() {
+			<-cut
+			_ = c.SetReadDeadline(time.Time{})
+		}
+	}()
 	buf := make([]byte, sim.HostHelloLen)
 	oob := make([]byte, unix.CmsgSpace(4))
 	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
