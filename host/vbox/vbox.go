@@ -523,7 +523,7 @@ func (b *Backend) capacity(tag string, t *tagState) host.Capacity {
 // Wait blocks until tag has accepted extents.
 func (b *Backend) Wait(ctx context.Context, tag string) (host.Capacity, error) {
 	tag = strings.ToLower(tag)
-	for {
+	for first := true; ; {
 		b.mu.Lock()
 		t, ch, err := b.tags[tag], b.changed, b.err
 		var c host.Capacity
@@ -537,7 +537,10 @@ func (b *Backend) Wait(ctx context.Context, tag string) (host.Capacity, error) {
 		case err != nil:
 			return c, err
 		}
-		b.wake() // the grant may have completed before the notification
+		if first {
+			b.wake() // the grant may have completed before a notification
+			first = false
+		}
 		select {
 		case <-ctx.Done():
 			return c, fmt.Errorf("vbox: waiting for tag %s: %w", tag, ctx.Err())
@@ -549,7 +552,7 @@ func (b *Backend) Wait(ctx context.Context, tag string) (host.Capacity, error) {
 // WaitGone blocks until the host holds no extent of tag.
 func (b *Backend) WaitGone(ctx context.Context, tag string) error {
 	tag = strings.ToLower(tag)
-	for {
+	for first := true; ; {
 		b.mu.Lock()
 		_, held := b.tags[tag]
 		ch, err := b.changed, b.err
@@ -560,7 +563,10 @@ func (b *Backend) WaitGone(ctx context.Context, tag string) error {
 		case err != nil:
 			return err
 		}
-		b.wake()
+		if first {
+			b.wake()
+			first = false
+		}
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("vbox: waiting for tag %s to go: %w", tag, ctx.Err())
