@@ -7,6 +7,8 @@ EXPORT_LISTEN ?= 127.0.0.1:7700
 # The virtual box's hosts run this workload once they hold capacity, so the
 # telemetry shows something live: none, mixed, zipf, hotset or kvcache.
 SIM_WORKLOAD ?= mixed
+# Heads handed to host agents (cxlhost), e.g. EXTERNAL_HOSTS=3=unix:$(PWD)/var/host3.sock
+EXTERNAL_HOSTS ?=
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
@@ -19,7 +21,7 @@ build:
 
 # The daemon on the built-in simulated box; data (SQLite inventory, keys) under $(DATA).
 run: build
-	$(BIN)/cxlpoold --device sim --data $(DATA) --listen $(LISTEN) --export-listen $(EXPORT_LISTEN) --sim-workload $(SIM_WORKLOAD)
+	$(BIN)/cxlpoold --device sim --data $(DATA) --listen $(LISTEN) --export-listen $(EXPORT_LISTEN) --sim-workload $(SIM_WORKLOAD) $(if $(EXTERNAL_HOSTS),--external-host $(EXTERNAL_HOSTS))
 
 # Every test, with the race detector. The default build leaves out the
 # USB device link (bmc/usblink behind the usb build tag), so only libc is

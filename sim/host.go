@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"cxlpool/fabric/cci"
@@ -77,6 +78,8 @@ type Host struct {
 	tag   uint8
 	buf   []cci.DCEvent // events read but not yet answered
 	epoch uint64
+
+	ext atomic.Pointer[extHost] // set once the head is handed to an external host (external.go)
 }
 
 func newHost(b *Box, ld int) *Host {
@@ -226,6 +229,10 @@ func (h *Host) run(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-h.kick:
+		}
+		if x := h.ext.Load(); x != nil {
+			h.notifyExternal(ctx, x)
+			continue
 		}
 		h.process(ctx)
 	}

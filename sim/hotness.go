@@ -220,10 +220,16 @@ func (b *Box) countAccess(dpa uint64, n int, write bool) {
 
 // StartWorkload starts (or replaces) host ld's synthetic workload. It
 // aims at whatever the host holds, following grants and releases; a host
-// holding nothing generates nothing.
+// holding nothing generates nothing. A head handed to an external host
+// (SetExternal) gets none: its memory is that host's program's, and the
+// call only logs so.
 func (b *Box) StartWorkload(ld int, kind WorkloadKind, p WorkloadParams) error {
 	if ld < 0 || ld >= len(b.hosts) {
 		return fmt.Errorf("sim: workload: no host %d", ld)
+	}
+	if b.External(ld) {
+		b.log.Debug("workload not started: the head has an external host", "host", ld, "kind", kind)
+		return nil
 	}
 	if err := p.defaults(); err != nil {
 		return err

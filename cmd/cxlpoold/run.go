@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -40,6 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	addTimeout := fs.Duration("add-timeout", 10*time.Second, "how long a host may take to accept offered capacity")
 	releaseTimeout := fs.Duration("release-timeout", 10*time.Second, "how long a host may take to release before the release is forced")
 	chmuLoc := fs.String("chmu", "", "telemetry on a real device: its CHMU register block, PATH[@OFFSET] of a PCI BAR resource file or pci:BDF (empty: telemetry off; the virtual box has its own)")
+	external := sim.ExternalHosts{}
+	fs.Var(&external, "external-host", "virtual box: hand head LD to an external host process (cxlhost): LD=unix:PATH; repeatable or comma separated")
 	simWorkload := fs.String("sim-workload", appliance.SimWorkloadMixed, "virtual box: the workload hosts run once they hold capacity: none, mixed, zipf, hotset or kvcache")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -90,6 +93,22 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	defer app.Close()
+	if len(external) > 0 { // before Start: no grant may reach a built-in host of those heads
+		if app.Box == nil {
+			return errors.New("--external-host needs the built-in virtual box (--device sim)")
+		}
+		hctx, hcancel := context.WithCancel(ctx)
+		wait, err := app.Box.ServeExternalHosts(hctx, external)
+		if err != nil {
+			hcancel()
+			return fmt.Errorf("--external-host: %w", err)
+		}
+		defer func() {
+			hcancel()
+			wait()
+		}()
+		fmt.Fprintf(stdout, "cxlpoold: external hosts %s\n", external)
+	}
 	fmt.Fprintf(stdout, "cxlpoold: connecting to device %s\n", *device)
 	st.phase("open") // the ledger and the device link
 	// Start (the device's discovery, reconcile, the board controller) runs

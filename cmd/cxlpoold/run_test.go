@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"cxlpool/host/vbox"
 )
 
 // syncBuffer collects what run prints while the test reads it.
@@ -121,10 +123,56 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--sim-workload", "busy"},
 		{"--chmu", "@0x1000"},
 		{"--chmu", "bar@-8"},
+		{"--external-host", "2=tcp://127.0.0.1:1"},
 	}
 	for _, args := range tests {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
 			t.Errorf("run(%q) succeeded, want an error", args)
 		}
+	}
+}
+
+// --external-host hands a head of the built-in box to an external host:
+// its socket gives the head's identity to the host's backend.
+func TestRunExternalHost(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "h2.sock")
+	out := &syncBuffer{}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--data", filepath.Join(dir, "var"), "--listen", freeAddr(t), "--http", "--sim-capacity", "16GiB",
+			"--sim-workload", "none", "--external-host", "2=unix:" + sock, "--log-level", "error"}, out, io.Discard)
+	}()
+	deadline := time.Now().Add(30 * time.Second)
+	for !strings.Contains(out.String(), "Redfish API at") {
+		select {
+		case err := <-done:
+			t.Fatalf("run ended: %v\n%s", err, out)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemon did not start:\n%s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), "external hosts 2=unix:"+sock) {
+		t.Errorf("startup output does not name the external host:\n%s", out)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	b, err := vbox.Dial(dctx, "unix:"+sock, vbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := b.Identity(dctx)
+	if err != nil || id.LD != 2 {
+		t.Errorf("Identity() = %+v, %v; want LD 2", id, err)
+	}
+	_ = b.Close()
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
 	}
 }

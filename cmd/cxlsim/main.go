@@ -4,6 +4,12 @@
 //
 //	cxlsim --listen tcp://127.0.0.1:0 --host-policy 3=reject,5=part:1
 //	cxlsim --listen tcp://127.0.0.1:0 --sanitize-on-release none --sor-configurable 1
+//	cxlsim --listen unix:/run/cxlsim.sock --external-host 3=unix:/run/cxlsim-host3.sock
+//
+// --external-host hands a head to a host process outside the box (the
+// cxlhost agent with its virtual-box backend): the head's host mailbox and
+// the memory file are served on that socket (sim/external.go) and the
+// head's built-in policy stays silent; the other heads keep theirs.
 package main
 
 import (
@@ -13,8 +19,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"os"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -57,6 +65,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.Var(&sor, "sanitize-on-release", "regions whose Sanitize on Release starts on: all, none or a list such as 0,2")
 	sorConf := regionSet{all: true}
 	fs.Var(&sorConf, "sor-configurable", "regions whose Sanitize on Release the FM may change (5602h): all, none or a list")
+	external := sim.ExternalHosts{}
+	fs.Var(&external, "external-host", "hand head LD to an external host process: LD=unix:PATH; repeatable or comma separated")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -106,6 +116,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		h.SetPolicy(p)
 	}
 
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	wait, err := box.ServeExternalHosts(ctx, external)
+	if err != nil {
+		return fmt.Errorf("--external-host: %w", err)
+	}
+	defer wait() // after cancel (deferred later, runs first)
+	defer cancel()
+	for _, ld := range slices.Sorted(maps.Keys(external)) {
+		fmt.Fprintf(stdout, "cxlsim head %d external host on %s\n", ld, external[ld])
+	}
 	l, err := serial.Listen(*listen)
 	if err != nil {
 		return err

@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/binary"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,6 +16,8 @@ import (
 	"cxlpool/fabric/cci"
 	"cxlpool/fabric/mctp"
 	"cxlpool/fabric/serial"
+	"cxlpool/host"
+	"cxlpool/host/vbox"
 	"cxlpool/sim"
 )
 
@@ -97,6 +101,57 @@ func TestRunServes(t *testing.T) {
 	if err != nil || m.ReturnCode != cci.Success || binary.LittleEndian.Uint64(m.Payload[8:]) != 0x42 {
 		t.Fatalf("identify = %+v, %v; want serial 0x42", m, err)
 	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("run: %v", err)
+	}
+}
+
+func TestExternalHostFlag(t *testing.T) {
+	for _, args := range [][]string{
+		{"--listen", "tcp://127.0.0.1:0", "--heads", "2", "--external-host", "5=unix:" + filepath.Join(t.TempDir(), "h5.sock")},
+		{"--listen", "tcp://127.0.0.1:0", "--external-host", "1=tcp://127.0.0.1:0"},
+		{"--listen", "tcp://127.0.0.1:0", "--external-host", "x=unix:/tmp/s"},
+	} {
+		if err := run(t.Context(), args, io.Discard); err == nil {
+			t.Errorf("run(%q) succeeded", args)
+		}
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	pr, pw := io.Pipe()
+	sock := filepath.Join(t.TempDir(), "h1.sock")
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"--listen", "tcp://127.0.0.1:0", "--heads", "4", "--capacity", "64GiB",
+			"--serial", "0x42", "--external-host", "1=unix:" + sock, "--log-level", "error"}, pw)
+		pw.Close()
+	}()
+	r := bufio.NewReader(pr)
+	line, err := r.ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "cxlsim head 1 external host on unix:" + sock + "\n"; line != want {
+		t.Fatalf("banner %q, want %q", line, want)
+	}
+	go func() { _, _ = io.Copy(io.Discard, r) }()
+	if fi, err := os.Stat(sock); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("external host socket: %v, %v; want mode 0600 (it hands out the memory)", fi, err)
+	}
+	dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+	defer dcancel()
+	b, err := vbox.Dial(dctx, "unix:"+sock, vbox.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := b.Identity(dctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := (host.Identity{Serial: 0x42, LD: 1}); id != want {
+		t.Errorf("Identity() = %+v, want %+v", id, want)
+	}
+	_ = b.Close()
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("run: %v", err)

@@ -240,6 +240,7 @@ func commands() []command {
 		{"free", "CHUNK... | --stranded", "return chunks that no host uses to the pool; --stranded: every chunk lost grants left", cmdFree},
 		{"watch", "[--count N] [--after EVENT_ID]", "print events as they happen, each with its event id (Ctrl-C stops)", cmdWatch},
 		{"accounts", "[list | add NAME --role ROLE [--system HostN] [--temporary] | remove NAME | unlock NAME]", "manage accounts (administrators)", cmdAccounts},
+		{"host", "[list | attach SIZE [--name N] [--shared] | detach TAG [--force]] [--agent SOCKET]", "on a host: attach pool memory through the local agent (cxlhost) and print how to map it", cmdHost},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 	}
 }

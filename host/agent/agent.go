@@ -1,0 +1,336 @@
+// Package agent is the host agent (cmd/cxlhost): it enrolls with the box
+// as the System of the head its Backend is cabled to, and on request asks
+// the box for capacity, waits for the grant and for the backend to surface
+// it, and says what an application needs to map it; detach gives the whole
+// tag back through the box. A local HTTP API on a Unix socket (Serve,
+// LocalClient) carries the requests of `poolctl host`.
+//
+// Not done yet: reporting per-tag state (online, in use) to the box,
+// joining a share by name from a host account (an administrator adds
+// hosts to a shared chunk), system-ram mode.
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"cxlpool/api/client"
+	"cxlpool/host"
+)
+
+// Errors the agent answers with; each names the rule that refused.
+var (
+	ErrNotHostAccount = errors.New("agent: the account is not bound to a host system (create it with role HostUser --system HostN)")
+	ErrWrongBox       = errors.New("agent: wrong box: the device this host is cabled to is not the box's device")
+	ErrWrongHead      = errors.New("agent: wrong head: the account's system is another head of the box than the one this host is cabled to")
+	ErrNotAttached    = errors.New("agent: no attachment with that tag on this host")
+)
+
+// Config configures an Agent.
+type Config struct {
+	Backend host.Backend
+	Box     *client.Client // the box's Redfish API, logged in as the host's account
+	Logger  *slog.Logger
+	Clock   func() time.Time
+}
+
+// Agent is one enrolled host agent.
+type Agent struct {
+	cfg    Config
+	log    *slog.Logger
+	id     host.Identity
+	system string // the box's System Id of this host, e.g. Host3
+}
+
+// logicalDevice is the part of a CXLLogicalDevice the agent reads.
+type logicalDevice struct {
+	Identifiers []struct {
+		DurableName       string `json:"DurableName"`
+		DurableNameFormat string `json:"DurableNameFormat"`
+	} `json:"Identifiers"`
+}
+
+// New enrolls: it reads the backend's identity and checks that the
+// account's System on the box shows the same device serial and LD.
+func New(ctx context.Context, cfg Config) (*Agent, error) {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = time.Now
+	}
+	id, err := cfg.Backend.Identity(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("agent: device identity: %w", err)
+	}
+	me, err := cfg.Box.Me(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("agent: sign in to %s: %w", cfg.Box.Server(), err)
+	}
+	sysID := me.SystemID()
+	if sysID == "" {
+		return nil, fmt.Errorf("agent: account %s: %w", me.UserName, ErrNotHostAccount)
+	}
+	var sys client.System
+	if err := cfg.Box.Get(ctx, client.SystemsURI+"/"+sysID, &sys); err != nil {
+		return nil, fmt.Errorf("agent: system %s: %w", sysID, err)
+	}
+	if sys.Oem.CxlPool == nil || sys.Oem.CxlPool.LogicalDevice == nil {
+		return nil, fmt.Errorf("agent: system %s shows no logical device (Oem.CxlPool.LogicalDevice)", sysID)
+	}
+	var ld logicalDevice
+	if err := cfg.Box.Get(ctx, sys.Oem.CxlPool.LogicalDevice.ODataID, &ld); err != nil {
+		return nil, fmt.Errorf("agent: logical device of %s: %w", sysID, err)
+	}
+	want := id.GCXLID()
+	var got string
+	for _, i := range ld.Identifiers {
+		if i.DurableNameFormat == "GCXLID" {
+			got = i.DurableName
+		}
+	}
+	if !strings.EqualFold(got, want) {
+		boxSerial, _, _ := strings.Cut(got, ":")
+		hostSerial, _, _ := strings.Cut(want, ":")
+		if !strings.EqualFold(boxSerial, hostSerial) {
+			return nil, fmt.Errorf("agent: box %s has device %s, this host sees %s: %w", cfg.Box.Server(), boxSerial, hostSerial, ErrWrongBox)
+		}
+		return nil, fmt.Errorf("agent: account %s is bound to %s (logical device %s), this host is cabled to LD %d (Host%d): %w",
+			me.UserName, sysID, got, id.LD, id.LD, ErrWrongHead)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("system", sysID), id: id, system: sysID}
+	a.log.Info("enrolled", "gcxlid", want)
+	return a, nil
+}
+
+// System is the box's System Id of this host.
+func (a *Agent) System() string { return a.system }
+
+// Identity is the device identity the backend reported.
+func (a *Agent) Identity() host.Identity { return a.id }
+
+// AttachRequest asks for capacity.
+type AttachRequest struct {
+	SizeBytes uint64 `json:"size_bytes"`
+	Name      string `json:"name,omitempty"`
+	// Shared reserves in a sharable region, so that an administrator can
+	// give the same bytes to other hosts (`poolctl share CHUNK --host
+	// HostN`); their agents then list the tag like their own. A host
+	// account cannot see another host's chunk, so it cannot join a
+	// share by name itself.
+	Shared bool `json:"shared,omitempty"`
+}
+
+// Attachment is a tag's capacity on this host and how an app reaches it.
+type Attachment struct {
+	Tag        string        `json:"tag"`
+	Name       string        `json:"name,omitempty"`
+	System     string        `json:"system"`
+	Chunk      string        `json:"chunk,omitempty"`
+	Connection string        `json:"connection,omitempty"`
+	Capacity   host.Capacity `json:"capacity"`
+	// Env are ready-to-use environment lines (see EnvLines).
+	Env []string `json:"env"`
+	// GrantSeconds is how long the box took to grant; UsableSeconds how
+	// long from the request until the backend surfaced the memory.
+	GrantSeconds  float64 `json:"grant_seconds,omitempty"`
+	UsableSeconds float64 `json:"usable_seconds,omitempty"`
+}
+
+// EnvLines are the environment an application is given:
+// CXLPOOL_DAX_PATH and CXLPOOL_DAX_SIZE as for a /dev/daxX.Y (LMCache's
+// --l1-devdax-path, Mooncake's MC_CXL_DEV_PATH/MC_CXL_DEV_SIZE). On the
+// virtual box ("simfile") the path is the whole memory file, so the
+// capacity's place in it is added, simulator-specific:
+// CXLPOOL_DAX_OFFSET for a single extent, else CXLPOOL_DAX_EXTENTS as
+// OFFSET:LENGTH pairs in the tag's order.
+func EnvLines(c host.Capacity) []string {
+	out := []string{"CXLPOOL_DAX_PATH=" + c.Path, "CXLPOOL_DAX_SIZE=" + strconv.FormatUint(c.Size, 10)}
+	if c.Kind != "simfile" {
+		return out
+	}
+	if len(c.Extents) == 1 {
+		return append(out, "CXLPOOL_DAX_OFFSET="+strconv.FormatUint(c.Extents[0].Offset, 10))
+	}
+	parts := make([]string, len(c.Extents))
+	for i, e := range c.Extents {
+		parts[i] = strconv.FormatUint(e.Offset, 10) + ":" + strconv.FormatUint(e.Length, 10)
+	}
+	return append(out, "CXLPOOL_DAX_EXTENTS="+strings.Join(parts, ","))
+}
+
+// Attach reserves a chunk, connects it to this host, waits for the grant
+// and for the backend to surface the capacity. On failure the chunk is
+// freed again, so nothing is left behind.
+func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, error) {
+	const mib = 1 << 20
+	if req.SizeBytes == 0 || req.SizeBytes%mib != 0 {
+		return Attachment{}, fmt.Errorf("agent: size %d: want a positive whole number of MiB", req.SizeBytes)
+	}
+	c := a.cfg.Box
+	start := a.cfg.Clock()
+	ep, err := c.Initiator(ctx, a.system)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("agent: %w", err)
+	}
+	chunk, err := c.ReserveChunk(ctx, client.ChunkRequest{SizeMiB: req.SizeBytes / mib, Name: req.Name, Sharable: req.Shared})
+	if err != nil {
+		return Attachment{}, fmt.Errorf("agent: reserve %d MiB: %w", req.SizeBytes/mib, err)
+	}
+	undo := func(cause error) error {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%w (chunk %s left: the grant may still complete)", cause, chunk.ODataID)
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if err := c.DeleteAndWait(dctx, chunk.ODataID, nil); err != nil {
+			return fmt.Errorf("%w; freeing chunk %s failed too: %v", cause, chunk.ODataID, err)
+		}
+		return cause
+	}
+	r, err := c.StartConnect(ctx, chunk.ODataID, ep.ODataID)
+	if err == nil {
+		r, err = c.Settle(ctx, r, nil)
+	}
+	if err != nil {
+		return Attachment{}, undo(fmt.Errorf("agent: grant: %w", err))
+	}
+	var cn client.Connection
+	if len(r.Body) > 0 {
+		err = r.Decode(&cn)
+	} else {
+		err = c.Get(ctx, r.Location(), &cn)
+	}
+	if err != nil {
+		return Attachment{}, undo(fmt.Errorf("agent: grant: %w", err))
+	}
+	granted := a.cfg.Clock()
+	if err := c.Get(ctx, chunk.ODataID, &chunk); err != nil {
+		return Attachment{}, fmt.Errorf("agent: chunk %s: %w", chunk.ODataID, err)
+	}
+	if chunk.Oem.CxlPool == nil || chunk.Oem.CxlPool.Tag == "" {
+		return Attachment{}, fmt.Errorf("agent: chunk %s shows no tag (Oem.CxlPool.Tag)", chunk.ODataID)
+	}
+	tag := strings.ToLower(chunk.Oem.CxlPool.Tag)
+	capa, err := a.cfg.Backend.Wait(ctx, tag)
+	if err != nil {
+		return Attachment{}, fmt.Errorf("agent: the grant of tag %s is not surfaced on this host: %w", tag, err)
+	}
+	usable := a.cfg.Clock()
+	out := Attachment{Tag: tag, Name: req.Name, System: a.system, Chunk: chunk.ODataID, Connection: cn.ODataID,
+		Capacity: capa, Env: EnvLines(capa),
+		GrantSeconds: granted.Sub(start).Seconds(), UsableSeconds: usable.Sub(start).Seconds()}
+	a.log.Info("attached", "tag", tag, "bytes", capa.Size, "chunk", chunk.ID)
+	return out, nil
+}
+
+// find looks up the box's chunk and this host's connection for tag.
+func (a *Agent) find(ctx context.Context, tag string) (client.MemoryChunk, string, error) {
+	chunks, err := a.cfg.Box.Chunks(ctx)
+	if err != nil {
+		return client.MemoryChunk{}, "", err
+	}
+	for _, ch := range chunks {
+		x := ch.Oem.CxlPool
+		if x == nil || !strings.EqualFold(x.Tag, tag) {
+			continue
+		}
+		for _, g := range x.Grants {
+			if g.SystemID == a.system {
+				return ch, g.Connection.ODataID, nil
+			}
+		}
+		return ch, "", nil
+	}
+	return client.MemoryChunk{}, "", nil
+}
+
+// List is what this host holds, with the box's names for it.
+func (a *Agent) List(ctx context.Context) ([]Attachment, error) {
+	caps, err := a.cfg.Backend.List(ctx)
+	if err != nil {
+		return nil, err
+	}
+	chunks, err := a.cfg.Box.Chunks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Attachment, 0, len(caps))
+	for _, c := range caps {
+		at := Attachment{Tag: c.Tag, System: a.system, Capacity: c, Env: EnvLines(c)}
+		for _, ch := range chunks {
+			if x := ch.Oem.CxlPool; x != nil && strings.EqualFold(x.Tag, c.Tag) {
+				at.Chunk, at.Name = ch.ODataID, x.Name
+				for _, g := range x.Grants {
+					if g.SystemID == a.system {
+						at.Connection = g.Connection.ODataID
+					}
+				}
+			}
+		}
+		out = append(out, at)
+	}
+	return out, nil
+}
+
+// Detach gives the whole tag back: refused while the memory is in use
+// (host.ErrBusy) unless force; then the box releases the connection (the
+// device asks the host, the backend answers), the agent waits until the
+// host no longer holds the tag and frees the chunk unless another host
+// still holds it (shared: the box refuses with 409) or it is not this
+// host's to free (a chunk shared to it); Detached says which.
+func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, error) {
+	tag = strings.ToLower(tag)
+	chunk, conn, err := a.find(ctx, tag)
+	out := Detached{Tag: tag, Chunk: chunk.ODataID, Connection: conn}
+	if err != nil {
+		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
+	}
+	if conn == "" {
+		return out, fmt.Errorf("agent: detach %s: %w", tag, ErrNotAttached)
+	}
+	if err := a.cfg.Backend.Release(ctx, tag, force); err != nil {
+		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
+	}
+	if err := a.cfg.Box.DeleteAndWait(ctx, conn, nil); err != nil {
+		// The box kept the grant: so does the host, usable as before
+		// (unless the device asked for it back meanwhile).
+		if kerr := a.cfg.Backend.Keep(context.WithoutCancel(ctx), tag); kerr != nil {
+			a.log.Warn("detach failed and the tag stays releasing", "tag", tag, "err", kerr)
+		}
+		return out, fmt.Errorf("agent: detach %s: release %s: %w", tag, conn, err)
+	}
+	if err := a.cfg.Backend.WaitGone(ctx, tag); err != nil {
+		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
+	}
+	// A host account sees only its own grant of the chunk, so whether
+	// others hold it shows only in the box's answer.
+	switch err := a.cfg.Box.DeleteAndWait(ctx, chunk.ODataID, nil); {
+	case err == nil:
+		out.ChunkFreed = true
+	case client.StatusOf(err) == http.StatusConflict:
+		out.Kept = "other hosts still hold the chunk"
+	case client.StatusOf(err) == http.StatusNotFound, client.StatusOf(err) == http.StatusForbidden:
+		out.Kept = "the chunk is another host's to free (poolctl free)"
+	default:
+		return out, fmt.Errorf("agent: detach %s: released, but freeing chunk %s failed: %w", tag, chunk.ODataID, err)
+	}
+	a.log.Info("detached", "tag", tag, "forced", force, "chunk_freed", out.ChunkFreed)
+	return out, nil
+}
+
+// Detached is the outcome of a detach: the tag is gone from the host;
+// its chunk is freed unless Kept says why not.
+type Detached struct {
+	Tag        string `json:"tag"`
+	Chunk      string `json:"chunk,omitempty"`
+	Connection string `json:"connection,omitempty"`
+	ChunkFreed bool   `json:"chunk_freed"`
+	Kept       string `json:"kept,omitempty"`
+}
