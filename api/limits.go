@@ -349,9 +349,13 @@ func (t *connTracker) admit(c net.Conn) *trackedConn {
 		t.mu.Unlock()
 		return nil
 	case len(t.unauth[src]) >= t.cfg.MaxUnauthConnsPerSource:
-		t.noteLocked("per_source")
-		t.mu.Unlock()
-		return nil
+		// The newcomer gets in and the source's own oldest one goes: a
+		// source behind one NAT address (an admin network, QEMU's user
+		// network) keeps working while its idle keep-alive connections
+		// are dropped, and a flood only ever displaces itself.
+		victim = t.unauth[src][0]
+		t.unlistLocked(victim)
+		t.noteLocked("evicted")
 	case t.nUnauth >= t.cfg.MaxUnauthConns:
 		victim = t.victimLocked()
 		t.unlistLocked(victim)
