@@ -200,10 +200,10 @@ func errQuota(h dcd.HostID, quota, used, need uint64) *Error {
 		fits = "nothing more does"
 	}
 	return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource", Resolution: fmt.Sprintf(
-		"%s's quota (Oem.CxlPool.QuotaMiB of %s, or where that is 0 the default Oem.CxlPool.DefaultHostQuotaMiB of %s) "+
-			"is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
-			"(%s): release capacity from %s, or have an administrator or operator raise its quota or the default.",
-		SystemID(h), SystemURI(h), MemoryDomainURI, mib(quota), mib(used), mib(need), fits, SystemID(h))})
+		"%s's quota (Oem.CxlPool.QuotaMiB of %s) is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
+			"(%s): release capacity from %s, or have an administrator or operator raise its quota "+
+			"(where that is 0, the default Oem.CxlPool.DefaultHostQuotaMiB of %s applies).",
+		SystemID(h), SystemURI(h), mib(quota), mib(used), mib(need), fits, SystemID(h), MemoryDomainURI)})
 }
 
 // Target names the resource a domain operation was about, for the
