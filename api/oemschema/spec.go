@@ -63,7 +63,7 @@ func extension() []complexType {
 		{name: "ComputerSystem", top: true, desc: "A host's head port, quota and granted pool memory.", props: []prop{
 			boolean("LinkUp", "Whether the host's CXL link to its head port is up."),
 			integer("Port", "The head port the host is attached to."),
-			integer("QuotaMiB", "The most pool memory the host may hold, in MiB (0: no limit).").rw(),
+			integer("QuotaMiB", "The most pool memory the host may hold, in MiB (0: the pool's DefaultHostQuotaMiB applies).").rw(),
 			integer("GrantedMiB", "The pool memory granted to the host, in MiB."),
 			link("LogicalDevice", "CXLLogicalDevice.CXLLogicalDevice", "The logical device of the multi-headed device that serves the host."),
 		}},
@@ -111,7 +111,7 @@ func extension() []complexType {
 			integer("GrantedMiB", "The capacity granted to hosts, in MiB."),
 			integer("SharedMiB", "The capacity of sharable chunks granted to several hosts, in MiB."),
 			integer("OrphanedMiB", "The capacity the device holds for no chunk of the ledger, in MiB."),
-			integer("QuotaMiB", "The caller's host quota, in MiB (0: no limit)."),
+			integer("QuotaMiB", "The caller's own host quota, in MiB (0: the default host quota applies)."),
 			integer("HeldMiB", "The capacity counted against the caller's host quota, in MiB."),
 			integer("DefaultHostQuotaMiB", "The quota of hosts without one of their own, in MiB; a fair share of the pool until set.").rw(),
 			boolean("DefaultHostQuotaIsFairShare", "Whether the default host quota is the fair share (pool ÷ heads) because no administrator set one."),

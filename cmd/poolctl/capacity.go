@@ -110,7 +110,7 @@ type statusOut struct {
 	GrantedBytes  *uint64 `json:"granted_bytes,omitempty"`  // held by one host
 	SharedBytes   *uint64 `json:"shared_bytes,omitempty"`   // held by several
 	OrphanedBytes *uint64 `json:"orphaned_bytes,omitempty"`
-	// QuotaBytes and HeldBytes are shown to host accounts (quota 0: none).
+	// QuotaBytes and HeldBytes are shown to host accounts (quota 0: the default host quota applies).
 	QuotaBytes     *uint64 `json:"quota_bytes,omitempty"`
 	HeldBytes      *uint64 `json:"held_bytes,omitempty"`
 	IncrementBytes uint64  `json:"increment_bytes"`
@@ -202,7 +202,7 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	if out.QuotaBytes != nil {
-		q := "none"
+		q := "default" // its own quota unset: the pool's default host quota applies
 		if *out.QuotaBytes > 0 {
 			q = size(*out.QuotaBytes)
 		}
@@ -246,7 +246,7 @@ type hostOut struct {
 	LinkUp       bool   `json:"link_up"`
 	State        string `json:"state"`
 	GrantedBytes uint64 `json:"granted_bytes"`
-	QuotaBytes   uint64 `json:"quota_bytes"` // 0: no limit
+	QuotaBytes   uint64 `json:"quota_bytes"` // 0: the default host quota applies
 }
 
 func toHostOut(s client.System) hostOut {

@@ -59,7 +59,7 @@ func cmdHosts(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintf(tw, "Head:\tLD %s, port %s\n", optInt(h.Head), optInt(h.Port))
 	fmt.Fprintf(tw, "Link:\t%s (%s)\n", map[bool]string{true: "up", false: "down"}[h.LinkUp], orDash(h.State))
 	fmt.Fprintf(tw, "Granted:\t%s in %d connections\n", size(h.GrantedBytes), len(conns))
-	quota := "none"
+	quota := "default" // no quota of its own: the pool's default applies
 	if h.QuotaBytes > 0 {
 		quota = size(h.QuotaBytes)
 	}
@@ -89,7 +89,7 @@ func listHosts(ctx context.Context, a *app) error {
 			if h.LinkUp {
 				link = "up"
 			}
-			quota := "none"
+			quota := "default"
 			if h.QuotaBytes > 0 {
 				quota = size(h.QuotaBytes)
 			}
