@@ -143,6 +143,10 @@ type Backend struct {
 	fs  *sysfs
 	log *slog.Logger
 
+	// regionAlign is the kernel's region granule (a test's fake kernel
+	// may have a smaller one).
+	regionAlign uint64
+
 	mu   sync.Mutex // guards tags and serializes sysfs changes
 	tags map[string]*capacity
 }
@@ -153,7 +157,7 @@ type capacity struct {
 	tag     string
 	static  bool
 	mode    Mode
-	size    uint64 // the DAX device's size: what an application maps
+	size    uint64                // the DAX device's size: what an application maps
 	maps    map[*mapping]struct{} // live Mappings of this process
 	release bool                  // Release or a release request: no new mappings
 	forced  bool                  // released with force: other processes' mappings are zapped
@@ -196,7 +200,7 @@ func New(cfg Config) (*Backend, error) {
 		return nil, fmt.Errorf("linux: region type %q: want ram or pmem", cfg.Region)
 	}
 	return &Backend{cfg: cfg, fs: &sysfs{root: cfg.Sys, write: writeFile, poll: cfg.Poll}, log: cfg.Logger,
-		tags: map[string]*capacity{}}, nil
+		regionAlign: regionAlign, tags: map[string]*capacity{}}, nil
 }
 
 const cxlDevices = "bus/cxl/devices"

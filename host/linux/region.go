@@ -27,8 +27,8 @@ const (
 // build makes c's region and DAX device, recording each step in c as it
 // is made so that teardown undoes exactly what exists. b.mu is held.
 func (b *Backend) build(ctx context.Context, c *capacity, size uint64) error {
-	if size == 0 || size%regionAlign != 0 {
-		return fmt.Errorf("linux: static capacity of %d bytes: a CXL region is a multiple of 256 MiB: %w", size, ErrAlign)
+	if size == 0 || size%b.regionAlign != 0 {
+		return fmt.Errorf("linux: static capacity of %d bytes: a CXL region is a multiple of %d MiB: %w", size, b.regionAlign>>20, ErrAlign)
 	}
 	mem, _, err := b.memdev()
 	if err != nil {

@@ -46,7 +46,8 @@ type Result struct {
 	BusySelf string   `json:"busy_self"`
 	BusyPeer string   `json:"busy_peer"`
 	Attach   []int64  `json:"attach_usable_us"`
-	Release  []int64  `json:"release_gone_us"`
+	Release  []int64  `json:"release_gone_us"`        // teardown only (KeepContents)
+	Zeroed   []int64  `json:"release_gone_zeroed_us"` // zeroing, then teardown (the default)
 	Steps    []string `json:"steps"`
 	Error    string   `json:"error,omitempty"`
 }
@@ -54,7 +55,13 @@ type Result struct {
 const (
 	resultPrefix = "CXLPOOL-HOSTVM-RESULT "
 	regionSize   = 256 << 20
-	rounds       = 3
+	// rounds of attach → map → write → release; the first with the
+	// default backend (zeroes at release), the others with KeepContents
+	// so that their release→gone is the teardown alone: under TCG every
+	// access to emulated CXL memory is trapped, and zeroing 250 MiB
+	// takes about a minute.
+	rounds = 5
+	stride = 1 << 20 // the pattern touches one byte per MiB
 )
 
 func main() {
@@ -113,10 +120,15 @@ func run(res *Result) error {
 		return fmt.Errorf("no CXL endpoint port (/sys/bus/cxl/devices: %v): %w", m, err)
 	}
 	log := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	b, err := linux.New(linux.Config{LD: 0, Logger: log})
+	zeroing, err := linux.New(linux.Config{LD: 0, Logger: log})
 	if err != nil {
 		return err
 	}
+	keeping, err := linux.New(linux.Config{LD: 0, Logger: log, KeepContents: true})
+	if err != nil {
+		return err
+	}
+	b := zeroing
 	id, err := b.Identity(ctx)
 	if err != nil {
 		return err
@@ -125,6 +137,9 @@ func run(res *Result) error {
 	res.step("memory device serial %s (LD %d from the configuration)", res.Serial, id.LD)
 
 	for i := range rounds {
+		if i > 0 {
+			b = keeping
+		}
 		tag := fmt.Sprintf("6a1f0000-0000-4000-8000-%012x", i+1)
 		t0 := time.Now()
 		c, err := b.Attach(ctx, tag, regionSize, linux.DevDAX)
@@ -138,14 +153,24 @@ func run(res *Result) error {
 		res.Attach = append(res.Attach, time.Since(t0).Microseconds())
 		res.Dax, res.Size = c.Path, c.Size
 		mem := m.Bytes()
-		if i > 0 {
-			// The previous round wrote a pattern over the same device
-			// memory; the backend zeroed it at release.
-			for _, off := range []int{0, len(mem) / 2, len(mem) - 8} {
+		switch {
+		case i == 1:
+			// Round 0 wrote a pattern over the same device memory and
+			// the default backend zeroed it at release.
+			for off := 0; off < len(mem); off += stride {
 				if mem[off] != 0 {
 					return fmt.Errorf("round %d: re-attached memory at %d reads %#x, want zeros", i, off, mem[off])
 				}
 			}
+			res.step("round 1: memory zeroed at round 0's release reads zero")
+		case i == 2:
+			// The control: round 1 released with KeepContents, and its
+			// bytes are still there (the device is persistent memory),
+			// which is why zeroing is the default.
+			if err := check(mem, byte(i)); err != nil {
+				return fmt.Errorf("round 2: without zeroing the previous round's bytes should remain: %w", err)
+			}
+			res.step("round 2: without zeroing, round 1's bytes are still there (the control)")
 		}
 		pattern(mem, byte(i+1))
 		// A second mapping reads what the first wrote: both are the device.
@@ -182,7 +207,12 @@ func run(res *Result) error {
 		if err := b.WaitGone(ctx, tag); err != nil {
 			return fmt.Errorf("round %d: wait gone: %w", i, err)
 		}
-		res.Release = append(res.Release, time.Since(t1).Microseconds())
+		took := time.Since(t1)
+		if i == 0 {
+			res.Zeroed = append(res.Zeroed, took.Microseconds())
+		} else {
+			res.Release = append(res.Release, took.Microseconds())
+		}
 		if _, err := os.Stat(c.Path); err == nil {
 			return fmt.Errorf("round %d: %s still exists after release", i, c.Path)
 		}
@@ -193,7 +223,7 @@ func run(res *Result) error {
 				}
 			}
 		}
-		res.step("round %d: released and torn down in %v", i, time.Duration(res.Release[i])*time.Microsecond)
+		res.step("round %d: released and torn down in %v (zeroed first: %v)", i, took.Round(time.Millisecond), i == 0)
 	}
 	if r, _ := os.ReadFile("/sys/bus/cxl/devices/mem0/pmem/size"); len(r) > 0 {
 		res.Region = "pmem (kernel " + res.Kernel + ": no ram regions)"
@@ -303,16 +333,16 @@ func nodeMemMiB(node int) (uint64, error) {
 }
 
 func pattern(b []byte, seed byte) {
-	for i := 0; i < len(b); i += 4096 {
-		b[i] = seed ^ byte(i>>12)
+	for i := 0; i < len(b); i += stride {
+		b[i] = seed ^ byte(i>>20)
 	}
 	b[len(b)-1] = seed
 }
 
 func check(b []byte, seed byte) error {
-	for i := 0; i < len(b); i += 4096 {
-		if b[i] != seed^byte(i>>12) {
-			return fmt.Errorf("offset %d reads %#x, want %#x", i, b[i], seed^byte(i>>12))
+	for i := 0; i < len(b); i += stride {
+		if b[i] != seed^byte(i>>20) {
+			return fmt.Errorf("offset %d reads %#x, want %#x", i, b[i], seed^byte(i>>20))
 		}
 	}
 	if b[len(b)-1] != seed {

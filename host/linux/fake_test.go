@@ -1,0 +1,298 @@
+package linux
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// fakeKernel is a sysfs tree in a temp dir and the part of the kernel
+// that acts on its stores, as far as the backend uses them: CXL region
+// creation on a root decoder (create_ram_region, kernel ≥ 6.3), its DAX
+// device appearing on bind, device_dax ↔ kmem with memory blocks, and
+// the DCD series' extents and tagged DAX devices. A DAX device's "media"
+// is a file that outlives the device (as device memory does), so that a
+// backend which forgot to zero would be caught.
+type fakeKernel struct {
+	t        *testing.T
+	sys, dev string
+	media    string
+	mu       sync.Mutex
+	regions  int
+	base     uint64 // the window's base address
+	block    uint64 // memory block size
+	pinned   map[string]bool
+	writes   []string // every store, "rel=value", in order
+}
+
+const (
+	fakeWindow = 1 << 30
+	fakeAlign  = 4 << 20 // the fake kernel's region granule
+	fakeBlock  = 2 << 20
+	fakeSerial = 0x1000
+)
+
+func newFakeKernel(t *testing.T) *fakeKernel {
+	t.Helper()
+	dir := t.TempDir()
+	k := &fakeKernel{t: t, sys: filepath.Join(dir, "sys"), dev: filepath.Join(dir, "dev"), media: filepath.Join(dir, "media"),
+		base: 0x10_0000_0000, block: fakeBlock, pinned: map[string]bool{}}
+	for _, d := range []string{k.dev, k.media} {
+		k.mkdir(d)
+	}
+	cxl := filepath.Join(k.sys, cxlDevices)
+	k.attrs(filepath.Join(cxl, "mem0"), map[string]string{"serial": fmt.Sprintf("%#x", fakeSerial), "ram/size": fmt.Sprintf("%#x", fakeWindow), "pmem/size": "0x0"})
+	k.attrs(filepath.Join(cxl, "endpoint2"), nil)
+	k.symlink(filepath.Join(cxl, "mem0"), filepath.Join(cxl, "endpoint2", "uport"))
+	for i := range 2 {
+		k.attrs(filepath.Join(cxl, "endpoint2", fmt.Sprintf("decoder2.%d", i)), map[string]string{"size": "0x0", "dpa_size": "0x0", "mode": "none"})
+	}
+	k.attrs(filepath.Join(cxl, "root0", "decoder0.0"), map[string]string{
+		"size": fmt.Sprintf("%#x", fakeWindow), "interleave_granularity": "256", "create_ram_region": "region0", "delete_region": "",
+	})
+	// /sys/bus/cxl/devices links every device by name, wherever it sits.
+	for _, d := range []string{"endpoint2/decoder2.0", "endpoint2/decoder2.1", "root0/decoder0.0"} {
+		k.symlink(filepath.Join(cxl, d), filepath.Join(cxl, filepath.Base(d)))
+	}
+	k.attrs(filepath.Join(k.sys, memBlocks), map[string]string{"block_size_bytes": strconv.FormatUint(k.block, 16)})
+	for _, d := range []string{"device_dax", "kmem"} {
+		k.attrs(filepath.Join(k.sys, "bus/dax/drivers", d), map[string]string{"new_id": "", "remove_id": "", "bind": ""})
+	}
+	k.attrs(filepath.Join(k.sys, "bus/cxl/drivers/cxl_region"), nil)
+	k.attrs(filepath.Join(k.sys, "bus/cxl"), map[string]string{"drivers_probe": ""})
+	return k
+}
+
+func (k *fakeKernel) mkdir(d string) {
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func (k *fakeKernel) attrs(dir string, a map[string]string) {
+	k.mkdir(dir)
+	for name, v := range a {
+		p := filepath.Join(dir, name)
+		k.mkdir(filepath.Dir(p))
+		if err := os.WriteFile(p, []byte(v+"\n"), 0o644); err != nil {
+			k.t.Fatal(err)
+		}
+	}
+}
+
+func (k *fakeKernel) symlink(target, link string) {
+	_ = os.Remove(link)
+	if err := os.Symlink(target, link); err != nil {
+		k.t.Fatal(err)
+	}
+}
+
+func (k *fakeKernel) get(rel string) string {
+	b, _ := os.ReadFile(filepath.Join(k.sys, rel))
+	return strings.TrimSpace(string(b))
+}
+
+func (k *fakeKernel) backend(t *testing.T, cfg Config) *Backend {
+	t.Helper()
+	cfg.Sys, cfg.Dev, cfg.Proc = k.sys, k.dev, "/proc"
+	b, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.fs.write = k.store
+	b.regionAlign = fakeAlign
+	return b
+}
+
+// store is the kernel's side of a sysfs write.
+func (k *fakeKernel) store(path, value string) error {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	rel, err := filepath.Rel(k.sys, path)
+	if err != nil || strings.HasPrefix(rel, "..") {
+		return fmt.Errorf("fake kernel: write outside sysfs: %s", path)
+	}
+	v := strings.TrimSpace(value)
+	k.writes = append(k.writes, rel+"="+v)
+	dir, attr := filepath.Dir(rel), filepath.Base(rel)
+	switch {
+	case attr == "create_ram_region":
+		if v != k.get(rel) {
+			return unix.EINVAL
+		}
+		k.attrs(filepath.Join(k.sys, cxlDevices, v), map[string]string{
+			"uuid": "", "interleave_granularity": "0", "interleave_ways": "0", "size": "0x0", "target0": "", "commit": "0",
+			"resource": fmt.Sprintf("%#x", k.base+uint64(k.regions)*fakeWindow/8), "mode": "ram",
+		})
+		k.regions++
+		return k.put(rel, fmt.Sprintf("region%d", k.regions))
+	case attr == "delete_region":
+		if k.get(filepath.Join(cxlDevices, v, "commit")) == "1" {
+			return unix.EBUSY
+		}
+		return os.RemoveAll(filepath.Join(k.sys, cxlDevices, v))
+	case rel == "bus/cxl/drivers_probe":
+		r := filepath.Join(cxlDevices, v)
+		if k.get(r+"/commit") != "1" || k.get(r+"/target0") == "" {
+			return unix.ENXIO
+		}
+		k.symlink(filepath.Join(k.sys, "bus/cxl/drivers/cxl_region"), filepath.Join(k.sys, r, "driver"))
+		// The media is the endpoint decoder's DPA range: a later region
+		// over the same decoder sees the same bytes.
+		return k.addDAX(strings.TrimPrefix(v, "region"), k.get(r+"/resource"), k.get(r+"/size"), "dpa-"+k.get(r+"/target0"))
+	case strings.HasSuffix(rel, "/driver/unbind"):
+		devRel := strings.TrimSuffix(rel, "/driver/unbind")
+		name := filepath.Base(devRel)
+		if strings.HasPrefix(devRel, cxlDevices+"/region") {
+			for _, d := range k.daxOf(name) {
+				k.removeDAX(d)
+			}
+		}
+		if strings.HasPrefix(devRel, daxDevices) {
+			if k.driverOf(devRel) == "kmem" {
+				if err := k.removeBlocks(name); err != nil {
+					return err
+				}
+			}
+			k.hide(name)
+		}
+		return os.Remove(filepath.Join(k.sys, devRel, "driver"))
+	case strings.HasPrefix(rel, "bus/dax/drivers/") && (attr == "new_id" || attr == "bind"):
+		drv := filepath.Base(dir)
+		dev := filepath.Join(daxDevices, v)
+		if k.driverOf(dev) != "" {
+			return unix.EBUSY
+		}
+		k.symlink(filepath.Join(k.sys, dir), filepath.Join(k.sys, dev, "driver"))
+		if drv == "kmem" {
+			return k.addBlocks(v)
+		}
+		return k.show(v)
+	case strings.HasPrefix(rel, "devices/system/memory/memory") && attr == "state":
+		blk := filepath.Base(dir)
+		switch v {
+		case "online_movable", "online":
+			return k.put(rel, "online")
+		case "offline":
+			if k.pinned[blk] {
+				return unix.EBUSY
+			}
+			return k.put(rel, "offline")
+		}
+		return unix.EINVAL
+	case strings.HasPrefix(rel, daxDevices) && attr == "size" && v == "0":
+		return k.put(rel, "0")
+	case strings.HasSuffix(rel, "dax_region/delete"):
+		k.removeDAX(v)
+		return nil
+	}
+	if _, err := os.Stat(path); err != nil {
+		return unix.ENOENT
+	}
+	return k.put(rel, v)
+}
+
+func (k *fakeKernel) put(rel, v string) error {
+	return os.WriteFile(filepath.Join(k.sys, rel), []byte(v+"\n"), 0o644)
+}
+
+func (k *fakeKernel) driverOf(devRel string) string {
+	t, err := os.Readlink(filepath.Join(k.sys, devRel, "driver"))
+	if err != nil {
+		return ""
+	}
+	return filepath.Base(t)
+}
+
+// addDAX makes the DAX device of a region (cxl_dax_region's probe): the
+// whole region, bound to device_dax.
+func (k *fakeKernel) addDAX(id, resource, size, mediaName string) error {
+	name := "dax" + id + ".0"
+	dev := filepath.Join(k.sys, daxDevices, name)
+	k.attrs(dev, map[string]string{"resource": resource, "size": size, "target_node": "1", "region": "region" + id, "media": mediaName})
+	k.symlink(filepath.Join(k.sys, "bus/dax/drivers/device_dax"), filepath.Join(dev, "driver"))
+	n, err := parseUint(size)
+	if err != nil {
+		return err
+	}
+	media := filepath.Join(k.media, mediaName)
+	if _, err := os.Stat(media); err != nil {
+		f, err := os.Create(media)
+		if err != nil {
+			return err
+		}
+		_ = f.Close()
+	}
+	if err := os.Truncate(media, int64(n)); err != nil {
+		return err
+	}
+	return k.show(name)
+}
+
+func (k *fakeKernel) daxOf(region string) []string {
+	var out []string
+	m, _ := filepath.Glob(filepath.Join(k.sys, daxDevices, "dax*"))
+	for _, d := range m {
+		if k.get(filepath.Join(daxDevices, filepath.Base(d), "region")) == region {
+			out = append(out, filepath.Base(d))
+		}
+	}
+	return out
+}
+
+func (k *fakeKernel) removeDAX(name string) {
+	k.hide(name)
+	_ = os.RemoveAll(filepath.Join(k.sys, daxDevices, name))
+}
+
+// show and hide are devtmpfs: /dev/daxX.Y exists while device_dax is
+// bound; the media stays.
+func (k *fakeKernel) show(name string) error {
+	media := filepath.Join(k.media, k.get(filepath.Join(daxDevices, name, "media")))
+	if _, err := os.Stat(media); err != nil {
+		return nil
+	}
+	return os.Rename(media, filepath.Join(k.dev, name))
+}
+
+func (k *fakeKernel) hide(name string) {
+	_ = os.Rename(filepath.Join(k.dev, name), filepath.Join(k.media, k.get(filepath.Join(daxDevices, name, "media"))))
+}
+
+func (k *fakeKernel) blockNames(name string) []string {
+	start, _ := parseUint(k.get(filepath.Join(daxDevices, name, "resource")))
+	size, _ := parseUint(k.get(filepath.Join(daxDevices, name, "size")))
+	var out []string
+	for i := (start + k.block - 1) / k.block; (i+1)*k.block <= start+size; i++ {
+		out = append(out, "memory"+strconv.FormatUint(i, 10))
+	}
+	return out
+}
+
+// addBlocks is kmem's probe: the memory blocks are added offline
+// (MEMORY_HOTPLUG_DEFAULT_ONLINE is off, as in Debian).
+func (k *fakeKernel) addBlocks(name string) error {
+	for _, b := range k.blockNames(name) {
+		k.attrs(filepath.Join(k.sys, memBlocks, b), map[string]string{"state": "offline"})
+	}
+	return nil
+}
+
+// removeBlocks is kmem's remove: it fails while a block is online.
+func (k *fakeKernel) removeBlocks(name string) error {
+	for _, b := range k.blockNames(name) {
+		if k.get(filepath.Join(memBlocks, b, "state")) == "online" {
+			return unix.EBUSY
+		}
+	}
+	for _, b := range k.blockNames(name) {
+		_ = os.RemoveAll(filepath.Join(k.sys, memBlocks, b))
+	}
+	return nil
+}
