@@ -12,7 +12,7 @@ EXTERNAL_HOSTS ?=
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest
+.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-host
 
 all: build
 
@@ -96,6 +96,14 @@ flash:
 # box on the host; installs qemu-system-x86 and the kernel if missing.
 vmtest: image
 	CXLPOOL_VMTEST=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 30m ./image/vmtest/
+
+# The Linux host backend (host/linux) for real: one QEMU guest (TCG) with an
+# emulated CXL Type-3 device and Debian's kernel; about 2 minutes. Installs
+# qemu-system-x86 and the kernel if missing (root).
+vmtest-host:
+	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* >/dev/null 2>&1 || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils
+	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./host/linux/vmtest/
 
 clean:
 	rm -rf $(BIN) bench.txt

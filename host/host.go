@@ -10,8 +10,9 @@
 // series does (one tag = one DAX device, whole-tag release).
 //
 // Backends: host/vbox (the virtual box's external host link, see
-// sim/external.go). A Linux backend (sysfs, /dev/daxX.Y) is not written
-// yet. Every backend must pass the contract suite in host/hosttest.
+// sim/external.go) and host/linux (sysfs, /dev/daxX.Y: static capacity
+// for real; Dynamic Capacity only on kernels with the unmerged DCD
+// series). Every backend must pass the contract suite in host/hosttest.
 //
 // Not done yet: reporting per-tag state (online, mode, in use) to the box;
 // system-ram mode; a host that disappears being shown as such.

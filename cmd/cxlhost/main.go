@@ -7,10 +7,13 @@
 //	cxlhost --box https://127.0.0.1:8443 --ca var/tls/cert.pem --user h3 \
 //	        --device vbox:unix:/run/cxlsim-host3.sock --listen /run/cxlhost.sock
 //
-// The password comes from --password-file or CXLHOST_PASSWORD. The only
-// device backend so far is the virtual box's external host link
-// (vbox:unix:PATH, see `cxlsim --external-host`); the Linux backend
-// (/sys/bus/cxl, /dev/daxX.Y) is not written yet.
+// The password comes from --password-file or CXLHOST_PASSWORD. Device
+// backends: the virtual box's external host link (vbox:unix:PATH, see
+// `cxlsim --external-host`), or linux (host/linux: /sys/bus/cxl and
+// /dev/daxX.Y), which needs --ld because no kernel shows which head the
+// link reaches, and whose granted (Dynamic Capacity) attachments need a
+// kernel with the Linux DCD series (not merged upstream): on others they
+// fail with that reason.
 package main
 
 import (
@@ -27,7 +30,9 @@ import (
 	"time"
 
 	"cxlpool/api/client"
+	"cxlpool/host"
 	"cxlpool/host/agent"
+	"cxlpool/host/linux"
 	"cxlpool/host/vbox"
 )
 
@@ -54,7 +59,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	user := fs.String("user", "", "the HostUser account bound to this host's System (required)")
 	passwordFile := fs.String("password-file", "", "read the account's password from `FILE` (else $CXLHOST_PASSWORD)")
 	ca := fs.String("ca", "", "trust the box's certificate from PEM `FILE`")
-	device := fs.String("device", "", "the host's CXL device: vbox:unix:PATH (a virtual box head, cxlsim --external-host) (required)")
+	device := fs.String("device", "", "the host's CXL device: vbox:unix:PATH (a virtual box head, cxlsim --external-host) or linux (required)")
+	ld := fs.Int("ld", -1, "with --device linux: the logical device (head) the host's link reaches, which the kernel does not show")
 	listen := fs.String("listen", "/run/cxlhost.sock", "local API Unix socket `PATH` for poolctl host")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	if err := fs.Parse(args); err != nil {
@@ -83,8 +89,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return errors.New("no password: give --password-file or set CXLHOST_PASSWORD")
 	}
 	addr, ok := strings.CutPrefix(*device, "vbox:")
-	if !ok || !strings.HasPrefix(addr, "unix:") {
-		return fmt.Errorf("--device %q: want vbox:unix:PATH (the only backend so far)", *device)
+	if *device != "linux" && (!ok || !strings.HasPrefix(addr, "unix:")) {
+		return fmt.Errorf("--device %q: want vbox:unix:PATH or linux", *device)
 	}
 	// The agent waits on its own grants: poll their tasks briskly (the
 	// client's 100 ms first poll would dominate an attach).
@@ -93,7 +99,12 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
-	be, err := vbox.Dial(ctx, addr, vbox.Config{Logger: log})
+	var be host.Backend
+	if *device == "linux" {
+		be, err = linux.New(linux.Config{LD: *ld, Logger: log})
+	} else {
+		be, err = vbox.Dial(ctx, addr, vbox.Config{Logger: log})
+	}
 	if err != nil {
 		return err
 	}

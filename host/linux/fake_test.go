@@ -186,10 +186,23 @@ func (k *fakeKernel) store(path, value string) error {
 			return k.put(rel, "offline")
 		}
 		return unix.EINVAL
-	case strings.HasPrefix(rel, daxDevices) && attr == "size" && v == "0":
-		return k.put(rel, "0")
+	case strings.HasPrefix(rel, daxDevices) && attr == "size" && v != "0":
+		// A DCD seed sized: its media is the tag's extents.
+		n, err := parseUint(v)
+		if err != nil {
+			return unix.EINVAL
+		}
+		media := filepath.Join(k.media, k.get(filepath.Join(dir, "media")))
+		if f, err := os.OpenFile(media, os.O_CREATE|os.O_RDWR, 0o644); err == nil {
+			_ = f.Close()
+		}
+		if err := os.Truncate(media, int64(n)); err != nil {
+			return err
+		}
+		return k.put(rel, v)
 	case strings.HasSuffix(rel, "dax_region/delete"):
 		k.removeDAX(v)
+		k.dcdSeed(v)
 		return nil
 	}
 	if _, err := os.Stat(path); err != nil {
@@ -295,4 +308,34 @@ func (k *fakeKernel) removeBlocks(name string) error {
 		_ = os.RemoveAll(filepath.Join(k.sys, memBlocks, b))
 	}
 	return nil
+}
+
+// addDCD makes region0 a dynamic-RAM region with its CXL DAX region, as
+// the DCD series v10 lays it out, with an empty seed DAX device.
+func (k *fakeKernel) addDCD() {
+	r := filepath.Join(k.sys, cxlDevices, "region0")
+	k.attrs(r, map[string]string{"mode": "dynamic_ram_a", "resource": fmt.Sprintf("%#x", k.base)})
+	k.attrs(filepath.Join(r, "dax_region0", "dax_region"), map[string]string{"seed": "dax0.1", "delete": ""})
+	k.dcdSeed("dax0.1")
+}
+
+func (k *fakeKernel) dcdSeed(name string) {
+	k.attrs(filepath.Join(k.sys, daxDevices, name), map[string]string{"uuid": "", "size": "0", "media": "dcd-" + name,
+		"resource": fmt.Sprintf("%#x", k.base), "target_node": "1"})
+}
+
+// grantDCD is the kernel accepting the device's extents of tag.
+func (k *fakeKernel) grantDCD(tag string, exts ...[2]uint64) {
+	for i, e := range exts {
+		k.attrs(filepath.Join(k.sys, cxlDevices, "region0/dax_region0", fmt.Sprintf("extent0.%d", i)), map[string]string{
+			"offset": fmt.Sprintf("%#x", e[0]), "length": fmt.Sprintf("%#x", e[1]), "uuid": tag})
+	}
+}
+
+// releaseDCD is the kernel giving the tag's extents back to the device.
+func (k *fakeKernel) releaseDCD() {
+	m, _ := filepath.Glob(filepath.Join(k.sys, cxlDevices, "region0/dax_region0/extent*"))
+	for _, p := range m {
+		_ = os.RemoveAll(p)
+	}
 }

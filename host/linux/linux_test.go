@@ -274,3 +274,60 @@ func TestNoDCD(t *testing.T) {
 		t.Errorf("Wait() = %v, want ErrNoDCD", err)
 	}
 }
+
+// The Dynamic Capacity path on a fake tree of the DCD series' layout (no
+// released kernel has it): the tag's extents make one DAX device, mapped
+// whole; release is refused while mapped, then deletes the device, and the
+// tag is gone once the kernel has given the extents back.
+func TestDCDFakeTree(t *testing.T) {
+	k := newFakeKernel(t)
+	k.addDCD()
+	b := k.backend(t, Config{LD: 0})
+	k.grantDCD(tagA, [2]uint64{0, DCDAlign}, [2]uint64{4 * DCDAlign, 2 * DCDAlign})
+	c, err := b.Wait(ctxT(t), tagA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := host.Capacity{Tag: tagA, Size: 3 * DCDAlign, Path: filepath.Join(k.dev, "dax0.1"), Kind: "devdax",
+		Extents: []host.Extent{{Length: DCDAlign}, {DPA: 4 * DCDAlign, Offset: 4 * DCDAlign, Length: 2 * DCDAlign}}}
+	if diff := cmp.Diff(want, c); diff != "" {
+		t.Errorf("Wait() (-want +got):\n%s", diff)
+	}
+	if got := k.get("bus/dax/devices/dax0.1/uuid"); got != tagA {
+		t.Errorf("DAX device uuid = %q, want the tag", got)
+	}
+	m, err := b.Map(ctxT(t), tagA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(m.Bytes()) != 3*DCDAlign {
+		t.Errorf("mapping is %d bytes, want %d", len(m.Bytes()), 3*DCDAlign)
+	}
+	if err := b.Release(ctxT(t), tagA, false); !errors.Is(err, host.ErrBusy) {
+		t.Errorf("Release while mapped = %v, want ErrBusy", err)
+	}
+	_ = m.Close()
+	if err := b.Release(ctxT(t), tagA, false); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(k.dev, "dax0.1")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/dev/dax0.1 after release: %v, want gone", err)
+	}
+	k.releaseDCD()
+	if err := b.WaitGone(ctxT(t), tagA); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := b.List(ctxT(t)); len(list) != 0 {
+		t.Errorf("List() after the release = %+v, want nothing", list)
+	}
+}
+
+func TestDCDMisaligned(t *testing.T) {
+	k := newFakeKernel(t)
+	k.addDCD()
+	b := k.backend(t, Config{LD: 0})
+	k.grantDCD(tagA, [2]uint64{0, DCDAlign + 4096})
+	if _, err := b.Wait(ctxT(t), tagA); !errors.Is(err, ErrAlign) {
+		t.Errorf("Wait() on a misaligned extent = %v, want ErrAlign", err)
+	}
+}
