@@ -122,13 +122,13 @@ func (k *fakeKernel) store(path, value string) error {
 	k.writes = append(k.writes, rel+"="+v)
 	dir, attr := filepath.Dir(rel), filepath.Base(rel)
 	switch {
-	case attr == "create_ram_region":
+	case attr == "create_ram_region" || attr == "create_pmem_region":
 		if v != k.get(rel) {
 			return unix.EINVAL
 		}
 		k.attrs(filepath.Join(k.sys, cxlDevices, v), map[string]string{
 			"uuid": "", "interleave_granularity": "0", "interleave_ways": "0", "size": "0x0", "target0": "", "commit": "0",
-			"resource": fmt.Sprintf("%#x", k.base+uint64(k.regions)*fakeWindow/8), "mode": "ram",
+			"resource": fmt.Sprintf("%#x", k.base+uint64(k.regions)*fakeWindow/8), "mode": strings.TrimSuffix(strings.TrimPrefix(attr, "create_"), "_region"),
 		})
 		k.regions++
 		return k.put(rel, fmt.Sprintf("region%d", k.regions))
@@ -143,6 +143,10 @@ func (k *fakeKernel) store(path, value string) error {
 			return unix.ENXIO
 		}
 		k.symlink(filepath.Join(k.sys, "bus/cxl/drivers/cxl_region"), filepath.Join(k.sys, r, "driver"))
+		if k.get(r+"/mode") == "pmem" {
+			k.addNDRegion(v)
+			return nil
+		}
 		// The media is the endpoint decoder's DPA range: a later region
 		// over the same decoder sees the same bytes.
 		return k.addDAX(strings.TrimPrefix(v, "region"), k.get(r+"/resource"), k.get(r+"/size"), "dpa-"+k.get(r+"/target0"))
@@ -153,6 +157,10 @@ func (k *fakeKernel) store(path, value string) error {
 			for _, d := range k.daxOf(name) {
 				k.removeDAX(d)
 			}
+			_ = os.RemoveAll(filepath.Join(k.sys, ndDevices, "region1"))
+		}
+		if strings.HasPrefix(devRel, ndDevices+"/dax") {
+			k.removeDAX(name)
 		}
 		if strings.HasPrefix(devRel, daxDevices) {
 			if k.driverOf(devRel) == "kmem" {
@@ -174,6 +182,8 @@ func (k *fakeKernel) store(path, value string) error {
 			return k.addBlocks(v)
 		}
 		return k.show(v)
+	case rel == "bus/nd/drivers_probe":
+		return k.bindNDDax(v)
 	case strings.HasPrefix(rel, "devices/system/memory/memory") && attr == "state":
 		blk := filepath.Base(dir)
 		switch v {
@@ -226,9 +236,12 @@ func (k *fakeKernel) driverOf(devRel string) string {
 // addDAX makes the DAX device of a region (cxl_dax_region's probe): the
 // whole region, bound to device_dax.
 func (k *fakeKernel) addDAX(id, resource, size, mediaName string) error {
-	name := "dax" + id + ".0"
+	return k.addDAXNamed("dax"+id+".0", resource, size, mediaName, "region"+id)
+}
+
+func (k *fakeKernel) addDAXNamed(name, resource, size, mediaName, region string) error {
 	dev := filepath.Join(k.sys, daxDevices, name)
-	k.attrs(dev, map[string]string{"resource": resource, "size": size, "target_node": "1", "region": "region" + id, "media": mediaName})
+	k.attrs(dev, map[string]string{"resource": resource, "size": size, "target_node": "1", "region": region, "media": mediaName})
 	k.symlink(filepath.Join(k.sys, "bus/dax/drivers/device_dax"), filepath.Join(dev, "driver"))
 	n, err := parseUint(size)
 	if err != nil {
@@ -338,4 +351,36 @@ func (k *fakeKernel) releaseDCD() {
 	for _, p := range m {
 		_ = os.RemoveAll(p)
 	}
+}
+
+// addNDRegion is cxl_pmem's part on kernel 6.1: the libnvdimm region of a
+// committed pmem region, with its namespace and dax seeds.
+func (k *fakeKernel) addNDRegion(cxlRegion string) {
+	r := filepath.Join(cxlDevices, cxlRegion)
+	k.attrs(filepath.Join(k.sys, ndDevices, "region1"), map[string]string{
+		"resource": k.get(r + "/resource"), "size": k.get(r + "/size"), "available_size": k.get(r + "/size"),
+		"align": "0x200000", "namespace_seed": "namespace1.0", "dax_seed": "dax1.0", "cxl": cxlRegion,
+	})
+	k.attrs(filepath.Join(k.sys, ndDevices, "namespace1.0"), map[string]string{"uuid": "", "alt_name": "", "size": "0"})
+	k.attrs(filepath.Join(k.sys, ndDevices, "dax1.0"), map[string]string{"uuid": "", "mode": "", "align": "", "namespace": ""})
+	k.attrs(filepath.Join(k.sys, "bus/nd/drivers/dax_pmem"), nil)
+}
+
+// bindNDDax is dax_pmem's probe: the DAX device over the namespace, less
+// the 2 MiB the page map and info block take at its start.
+func (k *fakeKernel) bindNDDax(name string) error {
+	nd := filepath.Join(ndDevices, name)
+	ns := k.get(nd + "/namespace")
+	if ns == "" || k.get(nd+"/align") != "2097152" || k.get(nd+"/mode") != "pmem" {
+		return unix.ENXIO
+	}
+	size, err := parseUint(k.get(filepath.Join(ndDevices, ns, "size")))
+	if err != nil || size <= 2<<20 {
+		return unix.ENXIO
+	}
+	start, _ := parseUint(k.get(ndDevices + "/region1/resource"))
+	k.symlink(filepath.Join(k.sys, "bus/nd/drivers/dax_pmem"), filepath.Join(k.sys, nd, "driver"))
+	cxlRegion := k.get(ndDevices + "/region1/cxl")
+	return k.addDAXNamed(name, fmt.Sprintf("%#x", start+2<<20), strconv.FormatUint(size-2<<20, 10),
+		"dpa-"+k.get(filepath.Join(cxlDevices, cxlRegion, "target0")), cxlRegion)
 }

@@ -161,6 +161,7 @@ type capacity struct {
 	maps    map[*mapping]struct{} // live Mappings of this process
 	release bool                  // Release or a release request: no new mappings
 	forced  bool                  // released with force: other processes' mappings are zapped
+	wasRAM  bool                  // system-ram before Release took it offline (Keep restores it)
 
 	// static capacity
 	rtype     RegionType
@@ -489,6 +490,14 @@ func (b *Backend) Release(ctx context.Context, tag string, force bool) error {
 		}
 		c.forced = true
 	}
+	if c.static && c.mode == SystemRAM {
+		// The kernel's refusal to offline the memory is the busy here;
+		// ask it now rather than at teardown. Keep onlines it again.
+		if err := b.toDevDAX(ctx, c); err != nil {
+			return err
+		}
+		c.wasRAM = true
+	}
 	c.release = true
 	if !c.static {
 		if err := b.deleteDCDDevice(ctx, c); err != nil {
@@ -511,6 +520,12 @@ func (b *Backend) Keep(ctx context.Context, tag string) error {
 		return nil
 	}
 	c.forced = false
+	if c.wasRAM {
+		if err := b.toSystemRAM(ctx, c); err != nil {
+			return err
+		}
+		c.wasRAM = false
+	}
 	if !c.static {
 		if err := b.makeDCDDevice(ctx, c); err != nil {
 			return err

@@ -1,8 +1,10 @@
 package linux
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -199,6 +201,23 @@ func TestSystemRAM(t *testing.T) {
 	if err := b.SetMode(ctxT(t), tagA, SystemRAM); err != nil {
 		t.Fatal(err)
 	}
+	// Releasing system-ram asks the kernel to offline it at once: its
+	// refusal is the busy.
+	k.pinned[last] = true
+	if err := b.Release(ctxT(t), tagA, false); !errors.Is(err, host.ErrBusy) {
+		t.Fatalf("Release of system-ram with a pinned block = %v, want ErrBusy", err)
+	}
+	k.pinned[last] = false
+	if err := b.Release(ctxT(t), tagA, false); err != nil {
+		t.Fatal(err)
+	}
+	// The box did not follow: Keep onlines it again.
+	if err := b.Keep(ctxT(t), tagA); err != nil {
+		t.Fatal(err)
+	}
+	if list, _ := b.List(ctxT(t)); len(list) != 1 || list[0].Kind != "system-ram" {
+		t.Errorf("after Keep: List() = %+v, want system-ram again", list)
+	}
 	if err := b.Release(ctxT(t), tagA, false); err != nil {
 		t.Fatal(err)
 	}
@@ -329,5 +348,71 @@ func TestDCDMisaligned(t *testing.T) {
 	k.grantDCD(tagA, [2]uint64{0, DCDAlign + 4096})
 	if _, err := b.Wait(ctxT(t), tagA); !errors.Is(err, ErrAlign) {
 		t.Errorf("Wait() on a misaligned extent = %v, want ErrAlign", err)
+	}
+}
+
+// Kernel 6.1's path (no ram regions, no DEV_DAX_CXL), which the VM test
+// runs for real: a pmem region whose uuid is the tag, the libnvdimm
+// region's namespace sized to it, its dax seed bound to dax_pmem, and all
+// of it undone in reverse at release.
+func TestAttachPMEM(t *testing.T) {
+	k := newFakeKernel(t)
+	k.attrs(filepath.Join(k.sys, cxlDevices, "mem0"), map[string]string{"ram/size": "0x0", "pmem/size": fmt.Sprintf("%#x", fakeWindow)})
+	root := filepath.Join(k.sys, cxlDevices, "root0/decoder0.0")
+	_ = os.Remove(filepath.Join(root, "create_ram_region"))
+	k.attrs(root, map[string]string{"create_pmem_region": "region0"})
+	b := k.backend(t, Config{LD: 0})
+	c, err := b.Attach(ctxT(t), tagA, 2*fakeAlign, DevDAX)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := uint64(2*fakeAlign - 2<<20); c.Size != want || c.Path != filepath.Join(k.dev, "dax1.0") {
+		t.Errorf("Attach() = %d bytes at %s, want %d at dax1.0 (the namespace less its page map)", c.Size, c.Path, want)
+	}
+	m, err := b.Map(ctxT(t), tagA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	copy(m.Bytes(), "persistent")
+	_ = m.Close()
+	if err := b.Release(ctxT(t), tagA, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.WaitGone(ctxT(t), tagA); err != nil {
+		t.Fatal(err)
+	}
+	var nd []string
+	for _, w := range k.writes {
+		if strings.Contains(w, "/nd/") || strings.HasSuffix(strings.SplitN(w, "=", 2)[0], "/uuid") {
+			if i := strings.Index(w, "uuid="); i >= 0 && !strings.HasSuffix(w, tagA) {
+				w = w[:i+5] + "(random)"
+			}
+			nd = append(nd, w)
+		}
+	}
+	want := []string{
+		"bus/cxl/devices/region0/uuid=" + tagA,
+		"bus/nd/devices/namespace1.0/uuid=(random)",
+		"bus/nd/devices/namespace1.0/alt_name=cxlpool:" + tagA,
+		"bus/nd/devices/namespace1.0/size=8388608",
+		"bus/nd/devices/dax1.0/uuid=(random)",
+		"bus/nd/devices/dax1.0/mode=pmem",
+		"bus/nd/devices/dax1.0/align=2097152",
+		"bus/nd/devices/dax1.0/namespace=namespace1.0",
+		"bus/nd/drivers_probe=dax1.0",
+		"bus/nd/devices/dax1.0/driver/unbind=dax1.0",
+		"bus/nd/devices/dax1.0/namespace=",
+		"bus/nd/devices/namespace1.0/size=0",
+	}
+	if diff := cmp.Diff(want, nd); diff != "" {
+		t.Errorf("libnvdimm stores (-want +got):\n%s", diff)
+	}
+	// The region is gone and its persistent bytes were zeroed first.
+	if _, err := os.Stat(filepath.Join(k.sys, cxlDevices, "region0")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("region0 after release: %v", err)
+	}
+	media, err := os.ReadFile(filepath.Join(k.media, "dpa-decoder2.0"))
+	if err != nil || !bytes.Equal(media[:10], make([]byte, 10)) {
+		t.Errorf("media after release starts %q (%v), want zeros", media[:min(10, len(media))], err)
 	}
 }
