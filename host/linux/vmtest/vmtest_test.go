@@ -1,18 +1,3 @@
-// Package vmtest runs the Linux host backend (host/linux) for real: one
-// QEMU guest (TCG) with a CXL host bridge (pxb-cxl), two root ports, a
-// cxl-type3 memory device and a CXL Fixed Memory Window, booting Debian's
-// kernel (the one the box image uses) with a small initramfs whose init
-// is ./guest (the modules it needs, nothing else). The guest reports its
-// checks and timings on the console.
-//
-// QEMU 7.2 (Debian 12) emulates only persistent Type-3 memory and kernel
-// 6.1 has no ram regions (no create_ram_region, no DEV_DAX_CXL), so the
-// path run here is the persistent one: pmem region → devdax namespace →
-// /dev/daxX.Y → kmem. The ram-region path runs only on the fake sysfs
-// tree of host/linux's tests.
-//
-// Only with CXLPOOL_VMTEST=1 (make vmtest-host); it needs
-// qemu-system-x86_64, xz and /boot/vmlinuz-* with its /lib/modules.
 package vmtest
 
 import (
@@ -32,8 +17,6 @@ import (
 	"cxlpool/image/build"
 )
 
-const resultPrefix = "CXLPOOL-HOSTVM-RESULT "
-
 // modules is what the guest loads, dependencies first (CXL_BUS, CXL_PORT
 // and CXL_REGION are built into Debian's 6.1).
 var modules = []string{
@@ -45,23 +28,6 @@ var modules = []string{
 	"kernel/drivers/dax/device_dax.ko",
 	"kernel/drivers/dax/dax_pmem.ko",
 	"kernel/drivers/dax/kmem.ko",
-}
-
-type result struct {
-	Kernel   string   `json:"kernel"`
-	Serial   string   `json:"serial"`
-	Region   string   `json:"region_type"`
-	Dax      string   `json:"dax"`
-	Size     uint64   `json:"size"`
-	Node     int      `json:"numa_node"`
-	NodeMiB  uint64   `json:"numa_node_mib"`
-	BusySelf string   `json:"busy_self"`
-	BusyPeer string   `json:"busy_peer"`
-	Attach   []int64  `json:"attach_usable_us"`
-	Release  []int64  `json:"release_gone_us"`
-	Zeroed   []int64  `json:"release_gone_zeroed_us"`
-	Steps    []string `json:"steps"`
-	Error    string   `json:"error,omitempty"`
 }
 
 func TestHostVM(t *testing.T) {
@@ -115,12 +81,12 @@ func TestHostVM(t *testing.T) {
 	err := q.Run()
 	out := console.String()
 	t.Logf("guest ran %v (kernel %s)", time.Since(start).Round(time.Second), kver)
-	i := strings.LastIndex(out, resultPrefix)
+	i := strings.LastIndex(out, ResultPrefix)
 	if i < 0 {
 		t.Fatalf("no result from the guest (qemu: %v); console:\n%s", err, tail(out, 6000))
 	}
-	line, _, _ := strings.Cut(out[i+len(resultPrefix):], "\n")
-	var res result
+	line, _, _ := strings.Cut(out[i+len(ResultPrefix):], "\n")
+	var res Result
 	if err := json.Unmarshal([]byte(strings.TrimSpace(line)), &res); err != nil {
 		t.Fatalf("result %q: %v", line, err)
 	}

@@ -32,29 +32,11 @@ import (
 
 	"cxlpool/host"
 	"cxlpool/host/linux"
+	"cxlpool/host/linux/vmtest"
 )
 
-// Result is what the guest reports; the host side of the test parses it.
-type Result struct {
-	Kernel   string   `json:"kernel"`
-	Serial   string   `json:"serial"`
-	Region   string   `json:"region_type"`
-	Dax      string   `json:"dax"`
-	Size     uint64   `json:"size"`
-	Node     int      `json:"numa_node"`
-	NodeMiB  uint64   `json:"numa_node_mib"`
-	BusySelf string   `json:"busy_self"`
-	BusyPeer string   `json:"busy_peer"`
-	Attach   []int64  `json:"attach_usable_us"`
-	Release  []int64  `json:"release_gone_us"`        // teardown only (KeepContents)
-	Zeroed   []int64  `json:"release_gone_zeroed_us"` // zeroing, then teardown (the default)
-	Steps    []string `json:"steps"`
-	Error    string   `json:"error,omitempty"`
-}
-
 const (
-	resultPrefix = "CXLPOOL-HOSTVM-RESULT "
-	regionSize   = 256 << 20
+	regionSize = 256 << 20
 	// rounds of attach → map → write → release; the first with the
 	// default backend (zeroes at release), the others with KeepContents
 	// so that their release→gone is the teardown alone: under TCG every
@@ -72,25 +54,25 @@ func main() {
 		}
 		return
 	}
-	var res Result
+	var res vmtest.Result
 	if err := run(&res); err != nil {
 		res.Error = err.Error()
 		debugDump()
 	}
 	b, _ := json.Marshal(res)
-	fmt.Printf("\n%s%s\n", resultPrefix, b)
+	fmt.Printf("\n%s%s\n", vmtest.ResultPrefix, b)
 	unix.Sync()
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_POWER_OFF)
 	select {}
 }
 
-func (r *Result) step(format string, a ...any) {
+func step(r *vmtest.Result, format string, a ...any) {
 	s := fmt.Sprintf(format, a...)
 	r.Steps = append(r.Steps, s)
 	fmt.Println("hostvm:", s)
 }
 
-func run(res *Result) error {
+func run(res *vmtest.Result) error {
 	for _, m := range []struct{ src, dir, fs string }{
 		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"},
 	} {
@@ -134,7 +116,7 @@ func run(res *Result) error {
 		return err
 	}
 	res.Serial = fmt.Sprintf("%#x", id.Serial)
-	res.step("memory device serial %s (LD %d from the configuration)", res.Serial, id.LD)
+	step(res, "memory device serial %s (LD %d from the configuration)", res.Serial, id.LD)
 
 	for i := range rounds {
 		if i > 0 {
@@ -162,7 +144,7 @@ func run(res *Result) error {
 					return fmt.Errorf("round %d: re-attached memory at %d reads %#x, want zeros", i, off, mem[off])
 				}
 			}
-			res.step("round 1: memory zeroed at round 0's release reads zero")
+			step(res, "round 1: memory zeroed at round 0's release reads zero")
 		case i == 2:
 			// The control: round 1 released with KeepContents, and its
 			// bytes are still there (the device is persistent memory),
@@ -170,7 +152,7 @@ func run(res *Result) error {
 			if err := check(mem, byte(i)); err != nil {
 				return fmt.Errorf("round 2: without zeroing the previous round's bytes should remain: %w", err)
 			}
-			res.step("round 2: without zeroing, round 1's bytes are still there (the control)")
+			step(res, "round 2: without zeroing, round 1's bytes are still there (the control)")
 		}
 		pattern(mem, byte(i+1))
 		// A second mapping reads what the first wrote: both are the device.
@@ -182,7 +164,7 @@ func run(res *Result) error {
 			return fmt.Errorf("round %d: %w", i, err)
 		}
 		_ = m2.Close()
-		res.step("round %d: %s (%d bytes) attached, mapped, written and read back in %v", i, c.Path, c.Size, time.Since(t0).Round(time.Millisecond))
+		step(res, "round %d: %s (%d bytes) attached, mapped, written and read back in %v", i, c.Path, c.Size, time.Since(t0).Round(time.Millisecond))
 
 		if err := b.Release(ctx, tag, false); !errors.Is(err, host.ErrBusy) {
 			return fmt.Errorf("round %d: release while mapped = %v, want ErrBusy", i, err)
@@ -223,7 +205,7 @@ func run(res *Result) error {
 				}
 			}
 		}
-		res.step("round %d: released and torn down in %v (zeroed first: %v)", i, took.Round(time.Millisecond), i == 0)
+		step(res, "round %d: released and torn down in %v (zeroed first: %v)", i, took.Round(time.Millisecond), i == 0)
 	}
 	if r, _ := os.ReadFile("/sys/bus/cxl/devices/mem0/pmem/size"); len(r) > 0 {
 		res.Region = "pmem (kernel " + res.Kernel + ": no ram regions)"
@@ -233,7 +215,7 @@ func run(res *Result) error {
 
 // peerBusy maps the device from another process and checks that release
 // is refused naming it, then ends that process.
-func peerBusy(ctx context.Context, b *linux.Backend, tag string, c host.Capacity, res *Result) error {
+func peerBusy(ctx context.Context, b *linux.Backend, tag string, c host.Capacity, res *vmtest.Result) error {
 	cmd := exec.CommandContext(ctx, "/init", "hold", c.Path, strconv.FormatUint(c.Size, 10))
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -263,13 +245,13 @@ func peerBusy(ctx context.Context, b *linux.Backend, tag string, c host.Capacity
 		return fmt.Errorf("holder: %w", werr)
 	}
 	res.BusyPeer = err.Error()
-	res.step("release refused while process %d mapped %s: %v", cmd.Process.Pid, c.Path, err)
+	step(res, "release refused while process %d mapped %s: %v", cmd.Process.Pid, c.Path, err)
 	return nil
 }
 
 // systemRAM onlines the tag as system-ram, checks the new NUMA node has
 // its memory, and goes back to devdax.
-func systemRAM(ctx context.Context, b *linux.Backend, tag string, res *Result) error {
+func systemRAM(ctx context.Context, b *linux.Backend, tag string, res *vmtest.Result) error {
 	before, _ := filepath.Glob("/sys/devices/system/node/node[0-9]*")
 	t0 := time.Now()
 	if err := b.SetMode(ctx, tag, linux.SystemRAM); err != nil {
@@ -293,7 +275,7 @@ func systemRAM(ctx context.Context, b *linux.Backend, tag string, res *Result) e
 	if strings.TrimSpace(string(cpus)) != "" {
 		return fmt.Errorf("system-ram: node %d has CPUs %q, want a CPU-less node", node, cpus)
 	}
-	res.step("system-ram: NUMA node %d online with %d MiB, no CPUs (nodes %d → %d) in %v", node, mib, len(before), len(after), time.Since(t0).Round(time.Millisecond))
+	step(res, "system-ram: NUMA node %d online with %d MiB, no CPUs (nodes %d → %d) in %v", node, mib, len(before), len(after), time.Since(t0).Round(time.Millisecond))
 	if _, err := b.Map(ctx, tag); !errors.Is(err, linux.ErrMode) {
 		return fmt.Errorf("map of system-ram = %v, want ErrMode", err)
 	}
@@ -309,7 +291,7 @@ func systemRAM(ctx context.Context, b *linux.Backend, tag string, res *Result) e
 		return fmt.Errorf("map after devdax again: %w", err)
 	}
 	_ = m.Close()
-	res.step("devdax again: memory offlined, %s mappable in %v", res.Dax, time.Since(t1).Round(time.Millisecond))
+	step(res, "devdax again: memory offlined, %s mappable in %v", res.Dax, time.Since(t1).Round(time.Millisecond))
 	return nil
 }
 
