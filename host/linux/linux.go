@@ -29,7 +29,10 @@
 //     tag, made from the region's seed by writing the tag to its uuid and
 //     the tag's size to its size; a whole tag released by deleting that
 //     device. It is tested only against a fake sysfs tree; on a kernel
-//     without the series Wait fails at once with ErrNoDCD.
+//     without the series Wait fails at once with ErrNoDCD. The series shows
+//     no pending release request in sysfs: a device's release of a mapped
+//     tag waits in the kernel (it keeps the extents), and the backend
+//     learns of it only when the agent releases the tag.
 //
 // The kernel does not refuse to tear down a DAX device that a process has
 // mapped (unbinding device_dax zaps the mappings), so the backend refuses

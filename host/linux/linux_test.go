@@ -27,10 +27,15 @@ func ctxT(t *testing.T) context.Context {
 }
 
 // The contract suite on static capacity over a fake 6.3+ kernel (ram
-// region). For static capacity the "device side" is the host itself:
-// Grant is Attach (the host carves a region out of its window) and
-// Revoke is Detach (an administrator's request to give it back, which,
-// like the device's release request, waits for the last unmap).
+// region). Static capacity has no device side: the host carves it out of
+// its own window, so Grant is Attach and Revoke is Detach (the host's own
+// request to give it back, which, like a device's release request, waits
+// for the last unmap). With those stand-ins every subtest applies; what
+// they do not test for static capacity is a device asking: none does.
+// ReleasedMemoryReadsZero holds because the backend zeroes at release
+// (the fake's media outlives the region, as device memory does). The
+// Dynamic Capacity path cannot run the suite: no sysfs of the DCD series
+// shows the device's release request (TestDCDFakeTree covers the rest).
 func TestContractStatic(t *testing.T) {
 	hosttest.Run(t, func(t *testing.T) hosttest.Fixture {
 		k := newFakeKernel(t)
