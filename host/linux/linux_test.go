@@ -421,3 +421,32 @@ func TestAttachPMEM(t *testing.T) {
 		t.Errorf("media after release starts %q (%v), want zeros", media[:min(10, len(media))], err)
 	}
 }
+
+// A forced release unmaps this agent's own mappings first, then tears
+// down as usual.
+func TestForcedRelease(t *testing.T) {
+	k := newFakeKernel(t)
+	b := k.backend(t, Config{LD: 0})
+	if _, err := b.Attach(ctxT(t), tagA, fakeAlign, DevDAX); err != nil {
+		t.Fatal(err)
+	}
+	m, err := b.Map(ctxT(t), tagA)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.Release(ctxT(t), tagA, true); err != nil {
+		t.Fatalf("forced Release while mapped: %v", err)
+	}
+	if m.Bytes() != nil {
+		t.Error("the mapping still has bytes after a forced release")
+	}
+	if err := b.WaitGone(ctxT(t), tagA); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Errorf("Close after a forced release: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(k.dev, "dax0.0")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("/dev/dax0.0 after release: %v, want gone", err)
+	}
+}
