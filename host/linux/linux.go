@@ -5,7 +5,9 @@
 //
 // Two paths, by what the kernel supports:
 //
-//   - Static capacity (Attach), for real on upstream kernels. A region is
+//   - Static capacity (Attach), on upstream kernels; the pmem path below
+//     runs for real on Debian's 6.1 in a QEMU guest (host/linux/vmtest,
+//     make vmtest-host), the ram path only on a fake tree. A region is
 //     created on a root decoder (a CXL Fixed Memory Window) over a free
 //     endpoint decoder of the memory device: create_{ram,pmem}_region,
 //     interleave granularity and ways (1 target), uuid (pmem), size, the
@@ -17,8 +19,9 @@
 //     dax seed uuid, mode, align and namespace, bind dax_pmem), as
 //     `ndctl create-namespace -m devdax` does. The DAX device is then
 //     mapped from /dev/daxX.Y (devdax) or reconfigured to system-ram
-//     (kmem, memory blocks onlined movable: a CPU-less NUMA node) and
-//     back. Teardown runs in reverse, after zeroing the memory (Config.
+//     (kmem, memory blocks onlined movable: a CPU-less NUMA node; only
+//     the memory blocks wholly inside the device, so 128 MiB of a 256 MiB
+//     pmem region with 128 MiB blocks) and back. Teardown runs in reverse, after zeroing the memory (Config.
 //     KeepContents turns that off): persistent regions keep their bytes
 //     across a reboot, and a host's data must not reach the next user.
 //   - Dynamic Capacity (Wait on a tag the box granted): the layout of the
@@ -28,7 +31,8 @@
 //     length,uuid} (uuid = the tag), 2 MiB aligned; one DAX device per
 //     tag, made from the region's seed by writing the tag to its uuid and
 //     the tag's size to its size; a whole tag released by deleting that
-//     device. It is tested only against a fake sysfs tree; on a kernel
+//     device. Those device-creation stores are this package's reading of
+//     the series, not checked against a kernel that has it. It is tested only against a fake sysfs tree; on a kernel
 //     without the series Wait fails at once with ErrNoDCD. The series shows
 //     no pending release request in sysfs: a device's release of a mapped
 //     tag waits in the kernel (it keeps the extents), and the backend
