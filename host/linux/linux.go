@@ -169,6 +169,8 @@ type capacity struct {
 	release bool                  // Release or a release request: no new mappings
 	forced  bool                  // released with force: other processes' mappings are zapped
 	wasRAM  bool                  // system-ram before Release took it offline (Keep restores it)
+	tearing bool                  // WaitGone is zeroing it without the lock: no Keep
+	zeroed  bool                  // zeroed for release: teardown need not again
 
 	// static capacity
 	rtype     RegionType
@@ -526,6 +528,9 @@ func (b *Backend) Keep(ctx context.Context, tag string) error {
 	if !c.release {
 		return nil
 	}
+	if c.tearing || c.zeroed {
+		return fmt.Errorf("linux: tag %s is being torn down: %w", tag, host.ErrReleasing)
+	}
 	c.forced = false
 	if c.wasRAM {
 		if err := b.toSystemRAM(ctx, c); err != nil {
@@ -561,35 +566,52 @@ func (b *Backend) Detach(tag string) error {
 // the reverse order of Attach); Dynamic Capacity is gone when the kernel
 // no longer shows its extents.
 func (b *Backend) WaitGone(ctx context.Context, tag string) error {
-	var c *capacity
-	err := b.fs.until(ctx, "tag "+tag+" to be unmapped and released", func() (bool, error) {
+	return b.fs.until(ctx, "tag "+tag+" to be unmapped and released", func() (bool, error) {
 		b.mu.Lock()
 		defer b.mu.Unlock()
-		var ok bool
-		if c, ok = b.tags[tag]; !ok {
+		c, ok := b.tags[tag]
+		if !ok {
 			return true, nil
 		}
-		if !c.release {
+		if !c.release || c.tearing {
 			return false, nil
 		}
 		if !c.static {
-			return len(b.dcdExtents(tag)) == 0, nil
+			if len(b.dcdExtents(tag)) > 0 {
+				return false, nil
+			}
+			delete(b.tags, tag)
+			return true, nil
 		}
 		if b.busy(c) != nil {
 			return false, nil
 		}
+		if c.mode == SystemRAM {
+			if err := b.toDevDAX(ctx, c); err != nil {
+				return false, err
+			}
+		}
+		if !b.cfg.KeepContents && !c.zeroed && c.dax != "" {
+			// Zeroing takes as long as writing the whole device: do it
+			// without the lock, so List and other tags are not held up.
+			// The tag is released (no Map, SetMode) and tearing (no
+			// Keep), so nothing changes c meanwhile.
+			c.tearing = true
+			b.mu.Unlock()
+			err := b.zero(c)
+			b.mu.Lock()
+			c.tearing = false
+			if err != nil {
+				return false, fmt.Errorf("linux: zeroing %s before release: %w", c.dax, err)
+			}
+			c.zeroed = true
+		}
 		if err := b.teardown(ctx, c); err != nil {
 			return false, err
 		}
+		delete(b.tags, tag)
 		return true, nil
 	})
-	if err != nil {
-		return err
-	}
-	b.mu.Lock()
-	delete(b.tags, tag)
-	b.mu.Unlock()
-	return nil
 }
 
 // Close drops the backend; capacity stays as the kernel holds it.

@@ -426,7 +426,7 @@ func (b *Backend) teardown(ctx context.Context, c *capacity) error {
 				return err
 			}
 		}
-		if !b.cfg.KeepContents && b.fs.driver(daxDevices, c.dax) == "device_dax" {
+		if !b.cfg.KeepContents && !c.zeroed && b.fs.driver(daxDevices, c.dax) == "device_dax" {
 			if err := b.zero(c); err != nil {
 				return fmt.Errorf("linux: zeroing %s before release: %w", c.dax, err)
 			}
