@@ -51,7 +51,7 @@ func newFakeKernel(t *testing.T) *fakeKernel {
 	k.attrs(filepath.Join(cxl, "endpoint2"), nil)
 	k.symlink(filepath.Join(cxl, "mem0"), filepath.Join(cxl, "endpoint2", "uport"))
 	for i := range 2 {
-		k.attrs(filepath.Join(cxl, "endpoint2", fmt.Sprintf("decoder2.%d", i)), map[string]string{"size": "0x0", "dpa_size": "0x0", "mode": "none"})
+		k.attrs(filepath.Join(cxl, "endpoint2", fmt.Sprintf("decoder2.%d", i)), map[string]string{"size": "0x0", "dpa_size": "0x0", "mode": "none", "dpa_resource": fmt.Sprintf("%#x", uint64(i)<<28)})
 	}
 	k.attrs(filepath.Join(cxl, "root0", "decoder0.0"), map[string]string{
 		"size": fmt.Sprintf("%#x", fakeWindow), "interleave_granularity": "256", "create_ram_region": "region0", "delete_region": "",

@@ -182,6 +182,7 @@ type capacity struct {
 	ndDax     string // libnvdimm dax device (pmem), e.g. dax1.0
 	dax       string // DAX bus device, e.g. dax1.0
 	start     uint64 // its physical address
+	dpa       uint64 // its device physical address
 	node      int    // its target NUMA node
 	// dcd capacity
 	extents []host.Extent
@@ -334,7 +335,7 @@ func (b *Backend) surface(c *capacity) host.Capacity {
 		out.InUse = true // the page allocator owns it
 	}
 	if c.static {
-		out.Extents = []host.Extent{{DPA: 0, Offset: 0, Length: c.size}}
+		out.Extents = []host.Extent{{DPA: c.dpa, Offset: 0, Length: c.size}}
 	} else {
 		out.Extents = c.extents
 	}

@@ -110,7 +110,15 @@ func (b *Backend) build(ctx context.Context, c *capacity, size uint64) error {
 			return err
 		}
 	}
-	return b.findDAX(ctx, c, start, size)
+	if err := b.findDAX(ctx, c, start, size); err != nil {
+		return err
+	}
+	// The device address of the DAX device's first byte: the endpoint
+	// decoder's DPA base plus where the device starts in the region.
+	if dpa, err := b.fs.readUint(cxlDevices, ep, "dpa_resource"); err == nil {
+		c.dpa = dpa + (c.start - start)
+	}
+	return nil
 }
 
 // regionType is the configured type, or the one this kernel and device
