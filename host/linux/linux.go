@@ -41,7 +41,8 @@
 // The kernel does not refuse to tear down a DAX device that a process has
 // mapped (unbinding device_dax zaps the mappings), so the backend refuses
 // first: a tag is in use while this process maps it or any process's
-// /proc/PID/maps shows its /dev/daxX.Y (ErrBusy). In system-ram mode the
+// /proc/PID/maps shows its /dev/daxX.Y (ErrBusy; other users' maps are
+// readable by root only, which the sysfs writes need anyway). In system-ram mode the
 // kernel refuses itself: memory blocks it cannot offline (EBUSY) keep the
 // tag (ErrBusy), and the blocks already offlined are onlined again.
 //

@@ -450,3 +450,15 @@ func TestForcedRelease(t *testing.T) {
 		t.Errorf("/dev/dax0.0 after release: %v, want gone", err)
 	}
 }
+
+func TestSeveralMemdevs(t *testing.T) {
+	k := newFakeKernel(t)
+	k.attrs(filepath.Join(k.sys, cxlDevices, "mem1"), map[string]string{"serial": "0x2000"})
+	if _, err := k.backend(t, Config{LD: 0}).Identity(ctxT(t)); !errors.Is(err, ErrNoMemdev) || !strings.Contains(err.Error(), "serial 0x2000") {
+		t.Errorf("Identity() with two devices and no serial = %v, want ErrNoMemdev listing them", err)
+	}
+	got, err := k.backend(t, Config{LD: 1, Serial: 0x2000}).Identity(ctxT(t))
+	if want := (host.Identity{Serial: 0x2000, LD: 1}); err != nil || got != want {
+		t.Errorf("Identity() by serial = %+v, %v; want %+v", got, err, want)
+	}
+}
