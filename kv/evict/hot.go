@@ -13,11 +13,12 @@ type HotConfig struct {
 	// many times, decayed, the CHMU saw the whole block read) at or above
 	// which a block counts as used now: Victims moves it to the recent end
 	// instead of evicting it, as if the index had seen the reads the hosts
-	// made through their DAX mappings. Default 1: read in full about once
-	// in the CHMU's last decay period.
+	// made through their DAX mappings. Default 0.5: read in full at least
+	// once in about the last decay period (the CHMU's 0.5 per epoch halves
+	// a read of the current epoch at the next boundary).
 	HotAt float64
 	// Window is how many candidates below HotAt Victims compares before it
-	// picks (default 16): within them the coldest by score go first, so a
+	// picks (default 32): within them the coldest by score go first, so a
 	// block the CHMU saw read a little outlives an older one nobody read.
 	Window int
 	// HalfLife is the decay of the recency term of the score (default 1 s,
@@ -34,10 +35,10 @@ type HotConfig struct {
 
 func (c *HotConfig) defaults() {
 	if c.HotAt <= 0 {
-		c.HotAt = 1
+		c.HotAt = 0.5
 	}
 	if c.Window <= 0 {
-		c.Window = 16
+		c.Window = 32
 	}
 	if c.HalfLife <= 0 {
 		c.HalfLife = time.Second
