@@ -83,6 +83,24 @@ class FileMapper:
             self._maps.clear()
 
 
+def where_from_agent(env) -> object:
+    """The FileMapper spec for one chunk from what ``poolctl host attach``
+    prints (a mapping or the ``KEY=VALUE`` lines): ``CXLPOOL_DAX_PATH`` and
+    ``CXLPOOL_DAX_SIZE`` as for a /dev/daxX.Y; on the virtual box also
+    ``CXLPOOL_DAX_OFFSET`` (one extent) or ``CXLPOOL_DAX_EXTENTS``
+    (``OFFSET:LENGTH,...``), the chunk's place in the memory file."""
+    if isinstance(env, str):
+        env = dict(line.split("=", 1) for line in env.split() if "=" in line)
+    path = env["CXLPOOL_DAX_PATH"]
+    if env.get("CXLPOOL_DAX_EXTENTS"):
+        ext = [tuple(int(x) for x in part.split(":", 1)) for part in env["CXLPOOL_DAX_EXTENTS"].split(",")]
+        return (path, ext)
+    size = int(env["CXLPOOL_DAX_SIZE"])
+    if "CXLPOOL_DAX_OFFSET" in env:
+        return (path, [(int(env["CXLPOOL_DAX_OFFSET"]), size)])
+    return (path, [(0, size)])
+
+
 class _Mapping:
     """A chunk's capacity as one byte range over one or more shared mmaps."""
 

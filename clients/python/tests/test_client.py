@@ -8,7 +8,7 @@ import tempfile
 import threading
 import unittest
 
-from cxlpool_kv import Client, FileMapper, KVError, wire
+from cxlpool_kv import Client, FileMapper, KVError, where_from_agent, wire
 
 TAG = bytes(range(0xA0, 0xB0))
 TOKEN = bytes(range(32))
@@ -246,6 +246,18 @@ class MapperTest(unittest.TestCase):
                     mp.read_into(2 * page - 1, memoryview(bytearray(2)))
             finally:
                 m.close()
+
+
+class AgentSpecTest(unittest.TestCase):
+    def test_where_from_agent(self):
+        cases = {
+            "dax device": ("CXLPOOL_DAX_PATH=/dev/dax0.0 CXLPOOL_DAX_SIZE=1073741824", ("/dev/dax0.0", [(0, 1 << 30)])),
+            "one extent": ("CXLPOOL_DAX_PATH=/proc/9/fd/7\nCXLPOOL_DAX_SIZE=4096\nCXLPOOL_DAX_OFFSET=8192", ("/proc/9/fd/7", [(8192, 4096)])),
+            "extents": ({"CXLPOOL_DAX_PATH": "/m", "CXLPOOL_DAX_SIZE": "300", "CXLPOOL_DAX_EXTENTS": "100:200,0:100"}, ("/m", [(100, 200), (0, 100)])),
+        }
+        for name, (env, want) in cases.items():
+            with self.subTest(name):
+                self.assertEqual(where_from_agent(env), want)
 
 
 def mmap_page():
