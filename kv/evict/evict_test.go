@@ -120,7 +120,7 @@ func TestHot(t *testing.T) {
 			// Below HotAt: not promoted, but within the window the warm
 			// block scores above an equally old cold one.
 			name: "warm beats cold within the window",
-			ops:  []op{add(1, blk, 0), add(2, blk, blk), add(3, blk, 2*blk)}, heat: heatMap{0: 0.25}, need: blk,
+			ops:  []op{add(1, blk, 0), add(2, blk, blk), add(3, blk, 2*blk)}, heat: heatMap{0: 0.005}, need: blk,
 			want: []uint64{2}, after: []uint64{1, 2, 3},
 		},
 		{

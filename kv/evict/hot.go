@@ -13,9 +13,11 @@ type HotConfig struct {
 	// many times, decayed, the CHMU saw the whole block read) at or above
 	// which a block counts as used now: Victims moves it to the recent end
 	// instead of evicting it, as if the index had seen the reads the hosts
-	// made through their DAX mappings. Default 0.5: read in full at least
-	// once in about the last decay period (the CHMU's 0.5 per epoch halves
-	// a read of the current epoch at the next boundary).
+	// made through their DAX mappings. Default 0.01: any full read the
+	// CHMU still remembers (at its decay of 0.5 per epoch, one read falls
+	// below 0.01 after about 7 epochs), so the heat acts as a use detector
+	// for reads the index never saw. Partial reads count pro rata: a
+	// 4 KiB read of a 256 KiB block is 0.016, of an 80 MiB one 0.00005.
 	HotAt float64
 	// Window is how many candidates below HotAt Victims compares before it
 	// picks (default 32): within them the coldest by score go first, so a
@@ -35,7 +37,7 @@ type HotConfig struct {
 
 func (c *HotConfig) defaults() {
 	if c.HotAt <= 0 {
-		c.HotAt = 0.5
+		c.HotAt = 0.01
 	}
 	if c.Window <= 0 {
 		c.Window = 32
