@@ -72,6 +72,8 @@ type HotStats struct {
 // lowest go first. Each call costs the blocks it returns plus at most
 // Window more, and at most MaxScan heat look-ups; a promoted block is not looked at again
 // until the whole list has passed it, so promotions are amortised O(1).
+// Victims removes nothing, but its promotions do reorder the list: they
+// record uses the index could not see.
 type Hot struct {
 	l     list
 	heat  Heat

@@ -70,33 +70,24 @@ type Config struct {
 }
 
 func (c *Config) defaults() error {
-	def := func(p *int, v int) {
-		if *p == 0 {
-			*p = v
+	for _, d := range []struct {
+		p *int
+		v int
+	}{
+		{&c.Hosts, 8}, {&c.Requests, 8000}, {&c.SystemPrompts, 48}, {&c.SystemMin, 1024}, {&c.SystemMax, 6144},
+		{&c.Sessions, 384}, {&c.UserMin, 64}, {&c.UserMax, 512}, {&c.AnswerMin, 128}, {&c.AnswerMax, 768}, {&c.MaxContext, 16384},
+	} {
+		if *d.p == 0 {
+			*d.p = d.v
 		}
 	}
-	def(&c.Hosts, 8)
-	def(&c.Requests, 8000)
-	def(&c.SystemPrompts, 48)
-	def(&c.SystemMin, 1024)
-	def(&c.SystemMax, 6144)
-	def(&c.Sessions, 384)
-	def(&c.UserMin, 64)
-	def(&c.UserMax, 512)
-	def(&c.AnswerMin, 128)
-	def(&c.AnswerMax, 768)
-	def(&c.MaxContext, 16384)
-	if c.Rate == 0 {
-		c.Rate = 32
-	}
-	if c.PromptZipf == 0 {
-		c.PromptZipf = 1.0
-	}
-	if c.SessionZipf == 0 {
-		c.SessionZipf = 0.9
-	}
-	if c.Sticky == 0 {
-		c.Sticky = 0.75
+	for _, d := range []struct {
+		p *float64
+		v float64
+	}{{&c.Rate, 32}, {&c.PromptZipf, 1.0}, {&c.SessionZipf, 0.9}, {&c.Sticky, 0.75}} {
+		if *d.p == 0 {
+			*d.p = d.v
+		}
 	}
 	switch {
 	case c.Hosts < 1 || c.Requests < 1 || c.SystemPrompts < 1 || c.Sessions < 1:
