@@ -9,8 +9,10 @@ import (
 
 // SimConfig configures Simulate. Zero fields take the defaults noted.
 type SimConfig struct {
-	// Capacity of the namespace in bytes (default half the trace's
-	// working set), rounded down to whole blocks.
+	// Capacity of the namespace in bytes (default half the trace's live
+	// working set, Trace.Live), rounded down to whole blocks. Half of
+	// every distinct block (WorkingSet) would be generous: most distinct
+	// blocks are dead, used once or never again.
 	Capacity uint64
 	// Locations is how many block locations each host remembers (a FIFO
 	// of what it looked up or wrote). A host re-reads a remembered block
@@ -109,7 +111,7 @@ var epoch0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 // check, which touches them).
 func Simulate(t *Trace, cfg SimConfig, name string, mk Factory) (Result, error) {
 	if cfg.Capacity == 0 {
-		cfg.Capacity = t.WorkingSet() / 2
+		cfg.Capacity = uint64(t.Live()) * BlockBytes / 2
 	}
 	slots := cfg.Capacity / BlockBytes
 	if slots == 0 {
