@@ -11,7 +11,7 @@ import (
 )
 
 // small is a trace that runs in a second under -race.
-var small = Config{Seed: 7, Requests: 1500, SystemPrompts: 12, Sessions: 64}
+var small = Config{Seed: 7, Requests: 800, SystemPrompts: 12, Sessions: 48}
 
 func TestBlockSize(t *testing.T) {
 	if got, want := BytesPerToken, 320<<10; got != want {
