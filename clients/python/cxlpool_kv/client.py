@@ -174,12 +174,15 @@ class Client:
         self._lock = threading.Lock()
         self._next_id = 0
         self._pins: Dict[bytes, List[int]] = {}  # key -> pinned block ids (LMCache pin/unpin)
+        self._keepalive: Optional[threading.Thread] = None
+        self._closed = threading.Event()
         if sock is None:
-            family = socket.AF_UNIX if isinstance(addr, (str, os.PathLike)) else socket.AF_INET
-            sock = socket.socket(family, socket.SOCK_STREAM)
-            sock.settimeout(timeout)
-            sock.connect(addr)
-            if family == socket.AF_INET:
+            if isinstance(addr, (str, os.PathLike)):
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(timeout)
+                sock.connect(os.fspath(addr))
+            else:
+                sock = socket.create_connection(addr, timeout=timeout)
                 sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         else:
             sock.settimeout(timeout)
@@ -197,7 +200,28 @@ class Client:
     # -- plumbing --
 
     def close(self):
+        self._closed.set()
         self._sock.close()
+        if self._keepalive is not None and self._keepalive is not threading.current_thread():
+            self._keepalive.join()
+
+    def start_keepalive(self, interval: Optional[float] = None) -> None:
+        """Renews the session's leases (its pins and reservations) from a
+        daemon thread every interval seconds (default a third of the
+        lease) until close: for a process that holds pins while idle."""
+        if self._keepalive is not None:
+            return
+        period = interval if interval is not None else self.lease_ms / 3000.0
+
+        def run():
+            while not self._closed.wait(period):
+                try:
+                    self.renew()
+                except (OSError, KVError, wire.ProtocolError):
+                    return  # the session is gone; the next call says so
+
+        self._keepalive = threading.Thread(target=run, name="cxlpool-kv-keepalive", daemon=True)
+        self._keepalive.start()
 
     def __enter__(self):
         return self

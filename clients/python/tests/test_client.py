@@ -6,6 +6,7 @@ import os
 import socket
 import tempfile
 import threading
+import time
 import unittest
 
 from cxlpool_kv import Client, FileMapper, KVError, where_from_agent, wire
@@ -203,6 +204,15 @@ class ClientTest(unittest.TestCase):
         self.assertEqual(bytes(c.get("k")), b"old bytes")
         checks = [r for r in self.index.requests if r.op == wire.CHECK]
         self.assertEqual(len(checks), 2, "a STALE check sends the reader back to the index")
+
+    def test_keepalive(self):
+        self.c.start_keepalive(interval=0.01)
+        deadline = time.monotonic() + 10
+        while sum(r.op == wire.RENEW for r in list(self.index.requests)) < 2:
+            self.assertLess(time.monotonic(), deadline, "no RENEW within 10 s")
+            time.sleep(0.01)
+        self.c.close()
+        self.assertFalse(self.c._keepalive.is_alive(), "close stops the keepalive")
 
     def test_no_space(self):
         self.assertEqual(self.c.batched_put(["a", "b"], [bytes(CHUNK - 10), bytes(100)]), [True, False])
