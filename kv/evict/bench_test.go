@@ -54,15 +54,18 @@ func BenchmarkSteady(b *testing.B) {
 }
 
 // BenchmarkHotVsLRU reports the cost of an eviction round of Hot relative
-// to LRU measured in the same run (hot-per-lru).
+// to LRU measured in the same run (hot-per-lru), and of Hot when every
+// block is hot (allhot-per-lru: bounded by MaxScan, not by the blocks).
 func BenchmarkHotVsLRU(b *testing.B) {
-	var lruNS, hotNS float64
+	var lruNS, hotNS, allNS float64
 	for _, c := range []struct {
 		p   Policy
 		dst *float64
 	}{
 		{NewLRU(), &lruNS},
 		{NewHot(benchHeat{}, time.Now), &hotNS},
+		// Every block hot: the walk's look-ups stop at MaxScan.
+		{NewHot(HeatFunc(func(_, n uint64) float64 { return float64(n / unit) }), time.Now), &allNS},
 	} {
 		var next uint64
 		for next = 1; next <= benchBlocks; next++ {
@@ -81,4 +84,5 @@ func BenchmarkHotVsLRU(b *testing.B) {
 	b.ReportMetric(lruNS, "lru-ns/evict")
 	b.ReportMetric(hotNS, "hot-ns/evict")
 	b.ReportMetric(hotNS/lruNS, "hot-per-lru")
+	b.ReportMetric(allNS/lruNS, "allhot-per-lru")
 }
