@@ -70,8 +70,9 @@ type HotStats struct {
 //
 // (decayed CHMU reads plus the decayed last use the index saw) and the
 // lowest go first. Each call costs the blocks it returns plus at most
-// Window more, and at most MaxScan heat look-ups; a promoted block is not looked at again
-// until the whole list has passed it, so promotions are amortised O(1).
+// Window more, and at most MaxScan heat look-ups; a promoted block is not
+// looked at again until the whole list has passed it, so promotions are
+// amortised O(1).
 // Victims removes nothing, but its promotions do reorder the list: they
 // record uses the index could not see.
 type Hot struct {

@@ -16,9 +16,9 @@ type SimConfig struct {
 	Capacity uint64
 	// Locations is how many block locations each host remembers (a FIFO
 	// of what it looked up or wrote). A host re-reads a remembered block
-	// straight from its DAX mapping without asking the index, checking the
-	// generation in place; only a stale location sends it back to the
-	// index. 0 means unbounded; negative means none (every read asks the
+	// straight from its DAX mapping without asking the index where it is
+	// (a CHECK after the copy, not a use); only a stale location sends it
+	// back to the index. 0 means unbounded; negative means none (every read asks the
 	// index, which then sees every use).
 	Locations int
 	// CHMU is the hotness model fed with every access.
@@ -103,9 +103,10 @@ var epoch0 = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 // block the current request is using, which it pins); a get that hits
 // touches the block in the policy, and the host remembers the location.
 // Every read is a CHMU access of the block's DPA range; a re-read through
-// a remembered location is only that (the index never hears of it),
-// unless the block was evicted meanwhile, which the reader learns from the
-// generation in place (a 4 KiB read of the slot) before asking the index.
+// a remembered location is only that, plus the protocol's CHECK of
+// (block, gen) after the copy, which the index does not count as a use;
+// when the block was evicted meanwhile the CHECK says STALE, the bytes
+// read from the old slot are dropped and the reader asks the index.
 // Prefix reuse stops at the first miss; the blocks after it are
 // recomputed, and stored unless they already are (the server's exists
 // check, which touches them).
@@ -156,7 +157,9 @@ func Simulate(t *Trace, cfg SimConfig, name string, mk Factory) (Result, error) 
 						pinned[b.id] = true
 						continue
 					}
-					chmu.access(dpa(s.slot), 4096) // the generation check
+					// The reader copied the block out of the old slot, then
+					// the CHECK said STALE: the CHMU saw a full read there.
+					chmu.access(dpa(s.slot), BlockBytes)
 					res.StaleLocations++
 					loc.drop(k)
 				}
