@@ -109,7 +109,7 @@ func TestInterop(t *testing.T) {
 		t.Helper()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		head := fmt.Sprintf("from cxlpool_kv import Client, FileMapper\nm = FileMapper({%q: (%q, [(0, %d)])})\nc = Client((\"127.0.0.1\", %d), \"llama\", 3, bytes(range(32)), m)\n",
+		head := fmt.Sprintf("from cxlpool_kv import Client, FileMapper\nm = FileMapper({%q: (%q, [(0, %d)])})\naddr = (\"127.0.0.1\", %d)\nc = Client(addr, \"llama\", 3, bytes(range(32)), m)\n",
 			"a0a1a2a3-a4a5-a6a7-a8a9-aaabacadaeaf", mem, interopChunk, port)
 		cmd := exec.CommandContext(ctx, py, "-c", head+script)
 		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
@@ -128,6 +128,10 @@ assert [bytes(x) for x in c.batch_get(["a", "b"])] == [b"A" * 5000, b"B" * 3]
 assert c.pin("a") and c.unpin("a")
 assert c.set("hc", b"hicache") and c.exists("hc") and c.batch_exists(["hc", "zz"]) == 1
 assert c.remove("b") and not c.exists("b")
+cc = Client(addr, "llama", 3, bytes(range(32)), m, location_cache=16)
+assert bytes(cc.get("py-block")) == data and bytes(cc.get("py-block")) == data  # GET+CHECK, then CHECK only
+assert c.remove("py-block") and cc.get("py-block") is None  # the cached location is STALE, the index says gone
+assert c.put("py-block", data)
 `)
 	ctx := context.Background()
 	gc, err := client.Dial(ctx, client.Config{Network: "tcp", Addr: ln.Addr().String(), Namespace: "llama", Host: 5, Token: tok, Mapper: fileMapper{f}})

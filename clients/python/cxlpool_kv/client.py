@@ -20,6 +20,7 @@ lock, so it may be shared by threads; use one per worker for parallelism.
 """
 
 import mmap
+from collections import OrderedDict
 import os
 import socket
 import threading
@@ -169,8 +170,15 @@ class Client:
 
     def __init__(self, addr, namespace: str, host: int, token: bytes,
                  mapper: Callable[[str], object], lease_ms: int = 0, timeout: float = 10.0,
-                 sock: Optional[socket.socket] = None):
+                 sock: Optional[socket.socket] = None, location_cache: int = 0):
         self._mapper = mapper
+        # key -> Loc of blocks this client located or wrote, at most
+        # location_cache of them (0: none). A get of a cached key copies the
+        # bytes and sends only CHECK: one round trip instead of two, and a
+        # read the index does not count as a use (the CHMU does).
+        self._locs: "OrderedDict[bytes, wire.Loc]" = OrderedDict()
+        self._loc_max = max(location_cache, 0)
+        self._loc_lock = threading.Lock()
         self._lock = threading.Lock()
         self._next_id = 0
         self._pins: Dict[bytes, List[int]] = {}  # key -> pinned block ids (LMCache pin/unpin)
@@ -352,8 +360,10 @@ class Client:
             # Give back what was reserved: nothing half-written stays.
             self.abort([it.loc.block for it in items if it.status == wire.OK])
             raise
-        for i, s in zip(todo, self.commit([items[i].loc.block for i in todo])):
-            ok[i] = s == wire.OK
+        for i, st in zip(todo, self.commit([items[i].loc.block for i in todo])):
+            ok[i] = st == wire.OK
+            if ok[i]:
+                self._remember(_key(keys[i]), items[i].loc)
         return ok
 
     def get(self, key: Key, into=None) -> Optional[memoryview]:
@@ -361,24 +371,52 @@ class Client:
         evicted while it was read)."""
         return self.batched_get([key], [into] if into is not None else None)[0]
 
+    def _remember(self, key: bytes, loc: wire.Loc):
+        if self._loc_max:
+            with self._loc_lock:
+                self._locs[key] = loc
+                self._locs.move_to_end(key)
+                while len(self._locs) > self._loc_max:
+                    self._locs.popitem(last=False)
+
+    def _forget(self, key: bytes):
+        with self._loc_lock:
+            self._locs.pop(key, None)
+
     def batched_get(self, keys: Sequence[Key], intos: Optional[Sequence] = None, retries: int = 2) -> List[Optional[memoryview]]:
+        bkeys = [_key(k) for k in keys]
         out: List[Optional[memoryview]] = [None] * len(keys)
-        pending = list(range(len(keys)))
-        for _ in range(retries + 1):
+        with self._loc_lock:
+            cached = {i: self._locs[k] for i, k in enumerate(bkeys) if k in self._locs}
+        pending = [i for i in range(len(keys)) if i not in cached]
+        for attempt in range(retries + 1):
+            read, locs = [], []
+            if attempt == 0:
+                for i, loc in cached.items():
+                    out[i] = self.read(loc, intos[i] if intos is not None else None)
+                    read.append(i)
+                    locs.append(loc)
+            if pending:
+                items = self.locate([bkeys[i] for i in pending])
+                for i, it in zip(pending, items):
+                    if it.status == wire.OK:
+                        out[i] = self.read(it.loc, intos[i] if intos is not None else None)
+                        read.append(i)
+                        locs.append(it.loc)
+            if not locs:
+                break
+            # Unpinned reads are valid only if the generation still holds.
+            stale = []
+            for i, loc, good in zip(read, locs, self.check(locs)):
+                if good:
+                    self._remember(bkeys[i], loc)
+                else:
+                    out[i] = None
+                    self._forget(bkeys[i])
+                    stale.append(i)
+            pending = stale
             if not pending:
                 break
-            items = self.locate([keys[i] for i in pending])
-            read, locs = [], []
-            for i, it in zip(pending, items):
-                if it.status == wire.OK:
-                    out[i] = self.read(it.loc, intos[i] if intos is not None else None)
-                    read.append(i)
-                    locs.append(it.loc)
-            # Unpinned reads are valid only if the generation still holds.
-            stale = [i for i, good in zip(read, self.check(locs)) if not good] if locs else []
-            for i in stale:
-                out[i] = None
-            pending = stale
         return out
 
     def pin(self, key: Key) -> bool:
@@ -400,6 +438,7 @@ class Client:
         return self.unpin_blocks([b])[0] == wire.OK
 
     def remove(self, key: Key) -> bool:
+        self._forget(_key(key))
         return self.delete([key])[0]
 
     # -- SGLang HiCache-shaped --

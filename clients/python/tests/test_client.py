@@ -214,6 +214,28 @@ class ClientTest(unittest.TestCase):
         self.c.close()
         self.assertFalse(self.c._keepalive.is_alive(), "close stops the keepalive")
 
+    def test_location_cache(self):
+        a, b = socket.socketpair()
+        self.addCleanup(a.close)
+        self.addCleanup(b.close)
+        index = FakeIndex(b)
+        c = Client(None, "llama", 3, TOKEN, self.mapper, sock=a, location_cache=2)
+        self.assertTrue(c.batched_put(["x", "y", "z"], [b"X", b"Y", b"Z"]))
+        ops = lambda: [r.op for r in index.requests[n:]]
+        n = len(index.requests)
+        self.assertEqual([bytes(v) for v in c.batched_get(["y", "z"])], [b"Y", b"Z"])
+        self.assertEqual(ops(), [wire.CHECK], "cached locations: one round trip, no GET")
+        n = len(index.requests)
+        self.assertEqual(bytes(c.get("x")), b"X")
+        self.assertEqual(ops(), [wire.GET, wire.CHECK], "x fell out of the 2-entry cache")
+        # A cached location gone stale: CHECK says so, the reader asks the index.
+        index.stale_once.add(b"x")
+        n = len(index.requests)
+        self.assertEqual(bytes(c.get("x")), b"X")
+        self.assertEqual(ops(), [wire.CHECK, wire.GET, wire.CHECK])
+        c.remove("x")
+        self.assertIsNone(c.get("x"))
+
     def test_no_space(self):
         self.assertEqual(self.c.batched_put(["a", "b"], [bytes(CHUNK - 10), bytes(100)]), [True, False])
 
