@@ -14,6 +14,8 @@ import (
 //     their DAX mapping; only the CHMU sees those reads (the real case).
 //   - chmu-k=8192: the same with hmu/agg's default pool top-K, which
 //     tracks 16 GiB of 2 MiB units, a fraction of the namespace.
+//   - chmu-estimates: dax-rereads with HeatOf summing Space-Saving
+//     estimates (upper bounds, as hmu/agg's HeatOf) instead of lower bounds.
 //   - index-sees-every-read: every read asks the index (no remembered
 //     locations), so LRU already has all the recency there is.
 func BenchmarkHitRate(b *testing.B) {
@@ -28,6 +30,7 @@ func BenchmarkHitRate(b *testing.B) {
 	}{
 		{"dax-rereads", SimConfig{Capacity: half, CHMU: CHMUConfig{K: 65536}}},
 		{"chmu-k=8192", SimConfig{Capacity: half, CHMU: CHMUConfig{K: 8192}}},
+		{"chmu-estimates", SimConfig{Capacity: half, CHMU: CHMUConfig{K: 65536, Estimate: true}}},
 		{"index-sees-every-read", SimConfig{Capacity: half, Locations: -1, CHMU: CHMUConfig{K: 65536}}},
 	} {
 		b.Run(v.name, func(b *testing.B) {

@@ -21,6 +21,7 @@ import (
 // 80 MiB block is 40 counters, not 20,480.
 type CHMU struct {
 	sum      *topk.Summary
+	estimate bool
 	unitLog  uint
 	epoch    time.Duration
 	decay    float64
@@ -35,6 +36,10 @@ type CHMUConfig struct {
 	Epoch    time.Duration // default 1 s, hmu/agg's default
 	Decay    float64       // per epoch (default 0.5, hmu/agg's default)
 	Disabled bool          // no CHMU: HeatOf is always 0
+	// Estimate makes HeatOf sum the Space-Saving estimates (Count, an
+	// upper bound, as hmu/agg's Collector.HeatOf does) instead of the
+	// guaranteed lower bounds.
+	Estimate bool
 }
 
 func newCHMU(c CHMUConfig) *CHMU {
@@ -53,7 +58,7 @@ func newCHMU(c CHMUConfig) *CHMU {
 	if c.Disabled {
 		return nil
 	}
-	return &CHMU{sum: topk.New(c.K), unitLog: c.UnitLog, epoch: c.Epoch, decay: c.Decay, next: c.Epoch}
+	return &CHMU{sum: topk.New(c.K), estimate: c.Estimate, unitLog: c.UnitLog, epoch: c.Epoch, decay: c.Decay, next: c.Epoch}
 }
 
 // advance closes every epoch that ended by t.
@@ -83,8 +88,9 @@ func (c *CHMU) access(dpa, length uint64) {
 
 // HeatOf sums the guaranteed (lower-bound) decayed counts of the tracking
 // units the range covers, pro rata for partial units. The lower bound,
-// not the estimate: a unit that just took over a counter inherits the
-// evicted minimum as its error, and that is not evidence of use.
+// not the estimate (unless CHMUConfig.Estimate): a unit that just took
+// over a counter inherits the evicted minimum as its error, and that is
+// not evidence of use.
 func (c *CHMU) HeatOf(dpa, length uint64) float64 {
 	if c == nil || length == 0 {
 		return 0
@@ -98,7 +104,11 @@ func (c *CHMU) HeatOf(dpa, length uint64) float64 {
 			continue
 		}
 		lo, hi := max(dpa, u<<c.unitLog), min(end, (u+1)<<c.unitLog)
-		h += float64(it.Guaranteed()) * float64(hi-lo) / float64(us)
+		n := it.Guaranteed()
+		if c.estimate {
+			n = it.Count
+		}
+		h += float64(n) * float64(hi-lo) / float64(us)
 	}
 	return h
 }
