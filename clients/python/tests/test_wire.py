@@ -120,6 +120,26 @@ class Codec(unittest.TestCase):
         with self.assertRaises(wire.ProtocolError):
             wire.decode_response(renew)  # a request is not a response
 
+    def test_mangled_frames_raise_protocol_error_only(self):
+        # Every truncation and many random byte flips of every frame either
+        # decode or raise ProtocolError: never another exception.
+        import random
+        rnd = random.Random(15)
+        frames = [(wire.decode_request, wire.encode_request(r)) for r in REQUESTS.values()]
+        frames += [(wire.decode_response, wire.encode_response(r)) for r in RESPONSES.values()]
+        for decode, f in frames:
+            variants = [f[:n] for n in range(len(f))]
+            for _ in range(200):
+                b = bytearray(f)
+                for _ in range(rnd.randint(1, 3)):
+                    b[rnd.randrange(len(b))] = rnd.randrange(256)
+                variants.append(bytes(b))
+            for v in variants:
+                try:
+                    decode(v)
+                except wire.ProtocolError:
+                    pass
+
     def test_encode_refusals(self):
         for name, req in {
             "empty key": wire.Request(op=wire.GET, keys=[b""]),
