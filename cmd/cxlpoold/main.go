@@ -14,10 +14,16 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	name := "cxlpoold"
+	isInit, err := uinit(ctx, os.Args[1:])
+	if isInit {
+		name = "boxinit"
+	} else {
+		err = run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	}
 	stop()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "cxlpoold:", err)
+	if err != nil && !(isInit && ctx.Err() != nil) {
+		fmt.Fprintln(os.Stderr, name+":", err)
 		os.Exit(1)
 	}
 }

@@ -195,25 +195,23 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, fmt.Errorf("build: %w", err)
 	}
 
-	// Our two programs, stripped. boxinit is static. cxlpoold is built
-	// with the usb tag and cgo, dynamically linked, for its USB device
-	// link (bmc/usblink: libusb through gousb; without the tag usb: is
-	// refused): u-root copies the libraries ldd names (libc,
-	// libusb-1.0, libudev, the dynamic loader) into the initramfs next to
-	// it (+1.2 MB gzipped). netgo and osusergo keep the resolver and user
-	// lookups in Go, so no NSS modules are needed.
+	// One program, stripped: cxlpoold with the usb tag and cgo,
+	// dynamically linked, for its USB device link (bmc/usblink: libusb
+	// through gousb; without the tag usb: is refused): u-root copies the
+	// libraries ldd names (libc, libusb-1.0, libudev, the dynamic loader)
+	// into the initramfs next to it (+1.2 MB gzipped). With the boxinit
+	// tag the same binary is the image's uinit (`cxlpoold boxinit`, see
+	// cmd/cxlpoold/uinit_boxinit.go): a second Go program for the init
+	// stage cost ~2 MB gzipped of runtime and packages both link. netgo
+	// and osusergo keep the resolver and user lookups in Go, so no NSS
+	// modules are needed.
 	bins := filepath.Join(work, "bin")
 	ldflags := "-s -w -X main.version=" + cfg.Version
-	for _, p := range []struct{ pkg, out, cgo, tags string }{
-		{"./cmd/cxlpoold", "cxlpoold", "1", "netgo,osusergo,usb"},
-		{"./image/cmd/boxinit", "boxinit", "0", "netgo,osusergo"},
-	} {
-		if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=" + p.cgo}, "go", "build", "-trimpath", "-tags", p.tags,
-			"-ldflags", ldflags, "-o", filepath.Join(bins, p.out), p.pkg); err != nil {
-			return nil, err
-		}
+	if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=1"}, "go", "build", "-trimpath", "-tags", "netgo,osusergo,usb,boxinit",
+		"-ldflags", ldflags, "-o", filepath.Join(bins, "cxlpoold"), "./cmd/cxlpoold"); err != nil {
+		return nil, err
 	}
-	log.Info("built cxlpoold (cgo and the usb tag, for USB links) and boxinit")
+	log.Info("built cxlpoold (cgo, the usb tag for USB links, the boxinit tag for the init stage)")
 
 	// u-root: busybox of core commands, init, our files.
 	uroot := filepath.Join(work, "u-root")
@@ -221,9 +219,8 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	cpio := filepath.Join(work, "initramfs.cpio")
-	args := []string{"-o", cpio, "-uinitcmd=/bin/boxinit", "-defaultsh=gosh",
+	args := []string{"-o", cpio, "-uinitcmd=/bin/cxlpoold boxinit", "-defaultsh=gosh",
 		"-files", filepath.Join(bins, "cxlpoold") + ":bin/cxlpoold",
-		"-files", filepath.Join(bins, "boxinit") + ":bin/boxinit",
 		"-files", filepath.Join(root, "etc", "cxlpool") + ":etc/cxlpool",
 		"-files", filepath.Join(root, "lib", "modules") + ":lib/modules",
 	}

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log"
 	"net"
 	"os"
 	"os/exec"
@@ -670,4 +671,18 @@ func syncData() {
 func reboot() {
 	unix.Sync()
 	_ = unix.Reboot(unix.LINUX_REBOOT_CMD_RESTART)
+}
+
+// RunUinit is the box's uinit as a program: u-root's init starts it once
+// the root file system is up. It writes to the console itself (init
+// hands it a pipe that closes when init's own output ends) and silences
+// the standard logger, through which u-root's dhclient logs each DHCP
+// packet whole; boxinit says what matters on the console itself.
+func RunUinit(ctx context.Context) error {
+	var out io.Writer = os.Stdout
+	if c, err := os.OpenFile("/dev/console", os.O_WRONLY, 0); err == nil {
+		out = c
+	}
+	log.SetOutput(io.Discard)
+	return (&Init{Out: out}).Main(ctx)
 }

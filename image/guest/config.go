@@ -1,5 +1,5 @@
-// Package guest is the box's init (the u-root "uinit", built as
-// /bin/boxinit): it loads the kernel modules (side by side, each after
+// Package guest is the box's init (the u-root "uinit": the image's
+// cxlpoold started as `cxlpoold boxinit`): it loads the kernel modules (side by side, each after
 // the ones it depends on), brings up the network, mounts the data
 // partition, links the virtio-serial port of the device link, then runs
 // cxlpoold under a supervisor that checks that it answers on its API,
