@@ -62,6 +62,8 @@ type Ledger struct {
 	// value read before an fsync starts is covered by that fsync.
 	commits atomic.Uint64
 	group   groupSync
+	// syncFn makes the WAL durable: syncWAL, or a test's stand-in.
+	syncFn func() error
 }
 
 // groupSync lets concurrent durable commits share one fsync: one caller
@@ -158,6 +160,7 @@ const readConns = 4
 func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	l := &Ledger{log: opts.Logger, clock: opts.Clock}
 	l.group.done = sync.NewCond(&l.group.mu)
+	l.syncFn = l.syncWAL
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -291,7 +294,7 @@ func (l *Ledger) makeDurable(seq uint64) error {
 	target := l.commits.Load() // ≥ seq: later commits ride along
 	g.mu.Unlock()
 
-	err := l.syncWAL()
+	err := l.syncFn()
 
 	g.mu.Lock()
 	g.running = false
