@@ -61,10 +61,32 @@ check:
 	  $(GO) run honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) -tags usb ./bmc/usblink/; \
 	else echo "check: no libusb-1.0 (pkg-config): the usb-tagged code (bmc/usblink/gousb.go) is not vetted here; make test-usb and CI do"; fi
 
-# Benchmarks: each figure is reported beside its baseline from the same run.
-bench:
-	bash rdma/bench-redis.sh || echo "no redis-server: the rdma benchmark skips its Redis baseline"
-	$(GO) test -run='^$$' -bench=. -benchmem -count=1 ./... | tee bench.txt
+# Benchmarks: every figure BENCH_COUNT times, each beside its baseline from
+# the same run, then the export from outside (bench/outside.sh: the daemon,
+# poolctl export bench, raw TCP and Redis in rotating rounds); all of it in
+# bench.txt, from which cmd/benchfig writes the README's Measured table
+# (median and range, with the date and the load average). About 10 min on
+# a quiet machine; BENCH_LONG=1 adds the 100 M-record precision run.
+BENCH_COUNT ?= 5
+BENCH_LONG ?=
+BENCH_ROUND ?= 2s
+BENCH_TEST = $(GO) test -run='^$$' -benchmem -count=$(BENCH_COUNT)
+bench: SHELL := /bin/bash
+bench: .SHELLFLAGS := -o pipefail -c
+bench: build
+	bash rdma/bench-redis.sh || echo "no redis-server: the Redis baselines are skipped"
+	@{ echo "# date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; echo "# commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; \
+	  echo "# loadavg: $$(cut -d' ' -f1-3 /proc/loadavg) at the start"; } > bench.txt
+	$(BENCH_TEST) -bench='^Benchmark(GrantLatency|GrantsParallel8)$$' -benchtime=300x ./appliance/ | tee -a bench.txt
+	$(BENCH_TEST) -bench=. -benchtime=0.3s ./dcd/... ./fabric/... ./sim/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkGetChunksVsBareHTTP$$' ./api/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^Benchmark(Add|Ingest|FanOutLag|BytesPerSlot|CollectorMemory)$$' -benchtime=0.5s ./hmu/... | tee -a bench.txt
+	$(if $(BENCH_LONG),$(GO) test -run='^$$' -bench='^BenchmarkZipf100M$$' -benchtime=1x -count=1 ./hmu/topk/ | tee -a bench.txt,@echo "BenchmarkZipf100M (precision, minutes of CPU) left out: BENCH_LONG=1 runs it")
+	$(BENCH_TEST) -bench='^BenchmarkLoopback$$' -benchtime=1x ./rdma/ | tee -a bench.txt
+	bash bench/outside.sh $(BENCH_COUNT) $(BENCH_ROUND) | tee -a bench.txt
+	@echo "# loadavg: $$(cut -d' ' -f1-3 /proc/loadavg) at the end" >> bench.txt
+	$(BIN)/benchfig table -template bench/measured.md.tmpl -readme README.md bench.txt
+	@echo "README.md: Measured table regenerated from bench.txt"
 
 # A short pass of every fuzz target (FUZZTIME each).
 FUZZTIME ?= 5s

@@ -222,3 +222,16 @@ type Ledger interface {
 
 	Close() error
 }
+
+// StagedGranter is a Ledger that can tell a grant intent's commit (every
+// later transaction sees it) from its durability, so the Manager records
+// the host's answer while the intent is still being made durable. It
+// answers nobody before durable returned nil: a crash in between leaves a
+// prefix of the commits (the intent, or the intent and its outcome), which
+// reconcile completes from the device like any interrupted grant.
+type StagedGranter interface {
+	// BeginGrantStaged is BeginGrant returning once the intent is
+	// committed; durable, called once, returns once it survives a power
+	// loss (or why it may not).
+	BeginGrantStaged(ctx context.Context, chunk ChunkID, host HostID, checked func(GrantIntent)) (in GrantIntent, durable func() error, err error)
+}

@@ -393,23 +393,52 @@ func (m *Manager) BeginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 	// reconcile (it adopts what a host accepted under a chunk's tag and
 	// withdraws what is still only offered). This takes the fsync off the
 	// grant's critical path; the flow records nothing until the commit
-	// is known.
-	committed := make(chan error, 1)
+	// is known, and tells nobody until the intent is durable. With a
+	// StagedGranter the host's answer is recorded while the intent's
+	// fsync runs, which takes that transaction off the path too.
+	ic := &intentCommit{committed: make(chan error, 1), durable: make(chan error, 1)}
 	started := false
-	in, err := m.cfg.Ledger.BeginGrant(ctx, chunk, host, func(in GrantIntent) {
+	checked := func(in GrantIntent) {
 		started = true
 		g := in.Grant
-		m.spawnFlow(ctx, g, in.Chunk.Tag, flowAdd, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false, committed) })
-	})
+		m.spawnFlow(ctx, g, in.Chunk.Tag, flowAdd, func(ctx context.Context) Grant { return m.runAdd(ctx, g, in.Chunk, in.Others, false, ic) })
+	}
+	var in GrantIntent
+	var err error
+	if sg, ok := m.cfg.Ledger.(StagedGranter); ok {
+		var durable func() error
+		in, durable, err = sg.BeginGrantStaged(ctx, chunk, host, checked)
+		if started {
+			ic.committed <- err
+		}
+		if err == nil {
+			err = durable()
+		}
+	} else {
+		in, err = m.cfg.Ledger.BeginGrant(ctx, chunk, host, checked)
+		if started {
+			ic.committed <- err
+		}
+	}
+	g := in.Grant
+	if err == nil {
+		// Before the flow may announce the outcome.
+		m.publish(Change{Kind: ChangeGrant, Chunk: chunk, Host: host, Grant: &g, Message: "adding"})
+	}
 	if started {
-		committed <- err
+		ic.durable <- err
 	}
 	if err != nil {
 		return Grant{}, fmt.Errorf("grant chunk %d to host %d: %w", chunk, host, err)
 	}
-	g := in.Grant
-	m.publish(Change{Kind: ChangeGrant, Chunk: chunk, Host: host, Grant: &g, Message: "adding"})
 	return g, nil
+}
+
+// intentCommit tells a grant's flow how its intent's write went: first
+// whether it committed (the flow may record an outcome after it), then
+// whether it is durable (the flow may tell anyone).
+type intentCommit struct {
+	committed, durable chan error
 }
 
 // AwaitGrant waits until grant id leaves the adding state and returns it.
@@ -587,14 +616,14 @@ func grantErr(g Grant) error {
 // the add pending on the device after a restart, so the command must not
 // be sent again. committed, when not nil, delivers the outcome of the
 // intent's commit, which may still be in progress when runAdd starts.
-func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed bool, committed <-chan error) Grant {
+func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed bool, intent *intentCommit) Grant {
 	// The locks are held until the outcome is in the ledger: the next
 	// grant of this chunk must see whether this one placed the capacity.
 	defer m.lockChunk(g.Chunk)()
 	defer m.lockHost(g.Host)()
 	accepted, why, ok := m.runAddDevice(ctx, g, c, others, resumed)
-	if committed != nil {
-		if err := <-committed; err != nil {
+	if intent != nil {
+		if err := <-intent.committed; err != nil {
 			// The ledger never took the intent: undo whatever the device
 			// did, so nothing is granted that the ledger does not know.
 			m.log.Error("grant intent not recorded; withdrawing the add", "chunk", c.ID, "host", g.Host, "err", err)
@@ -607,13 +636,43 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 			return g
 		}
 	}
+	out, announce := g, func() {}
 	switch {
 	case !ok:
-		return g
 	case why != nil:
-		return m.failGrant(ctx, g, why)
+		out, announce = m.recordFail(ctx, g, why)
+	default:
+		out, announce = m.recordComplete(ctx, g, accepted)
 	}
-	return m.completeGrant(ctx, g, accepted)
+	if intent != nil {
+		if err := <-intent.durable; err != nil {
+			return m.undurableIntent(ctx, g, c, out, err)
+		}
+	}
+	announce()
+	return out
+}
+
+// undurableIntent undoes a grant whose intent committed but could not be
+// made durable (the disk failed its fsync), after its outcome out was
+// recorded: nothing may stay granted that a power loss could erase from
+// the ledger, so the add is withdrawn and the grant marked lost.
+func (m *Manager) undurableIntent(ctx context.Context, g Grant, c Chunk, out Grant, err error) Grant {
+	reason := fmt.Sprintf("%v: the intent was not made durable: %v", ErrDevice, err)
+	m.log.Error("grant intent not durable; withdrawing the add", "chunk", c.ID, "host", g.Host, "err", err)
+	if out.State != GrantFailed {
+		req := fabric.ReleaseRequest{Host: uint16(g.Host), Policy: fabric.ReleaseTagBased, Forced: true, Sanitize: true, Length: c.Size, Tag: c.Tag}
+		if rerr := m.retryBusy(ctx, func() error { return m.cfg.Device.Release(ctx, req) }); rerr != nil {
+			m.log.Error("withdrawing an add whose intent is not durable", "err", rerr)
+			m.requestReconcile()
+		}
+		if lost, lerr := m.cfg.Ledger.MarkLost(ctx, g.ID, reason); lerr == nil {
+			m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &lost, Message: "lost"})
+			return lost
+		}
+	}
+	out.State, out.Reason = GrantFailed, reason
+	return out
 }
 
 // runAddDevice does the device side of an add: it returns exactly what
@@ -795,26 +854,43 @@ func (m *Manager) withdrawAdd(ctx context.Context, g Grant, c Chunk) (why error,
 // completeGrant records what the host accepted and returns the grant (as
 // it was, if the ledger write failed: reconcile completes it later).
 func (m *Manager) completeGrant(ctx context.Context, g Grant, exts []cci.Extent) Grant {
+	ng, announce := m.recordComplete(ctx, g, exts)
+	announce()
+	return ng
+}
+
+// recordComplete is completeGrant without telling anyone: announce logs
+// and publishes the outcome.
+func (m *Manager) recordComplete(ctx context.Context, g Grant, exts []cci.Extent) (ng Grant, announce func()) {
 	ng, err := m.cfg.Ledger.CompleteGrant(ctx, g.ID, exts)
 	if err != nil {
 		m.log.Error("recording granted capacity", "grant", g.ID, "err", err)
-		return g
+		return g, func() {}
 	}
-	m.log.Info("capacity granted", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "bytes", ng.Size(), "extents", len(exts))
-	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "granted"})
-	return ng
+	return ng, func() {
+		m.log.Info("capacity granted", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "bytes", ng.Size(), "extents", len(exts))
+		m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "granted"})
+	}
 }
 
 // failGrant records why a grant failed and returns it.
 func (m *Manager) failGrant(ctx context.Context, g Grant, why error) Grant {
+	ng, announce := m.recordFail(ctx, g, why)
+	announce()
+	return ng
+}
+
+// recordFail is failGrant without telling anyone (see recordComplete).
+func (m *Manager) recordFail(ctx context.Context, g Grant, why error) (ng Grant, announce func()) {
 	ng, err := m.cfg.Ledger.FailGrant(ctx, g.ID, why.Error())
 	if err != nil {
 		m.log.Error("recording failed grant", "grant", g.ID, "err", err)
-		return g
+		return g, func() {}
 	}
-	m.log.Warn("grant failed", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "reason", why)
-	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "failed"})
-	return ng
+	return ng, func() {
+		m.log.Warn("grant failed", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "reason", why)
+		m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "failed"})
+	}
 }
 
 // runRelease drives one grant from releasing to released, forcing the

@@ -45,7 +45,7 @@ func (l *Ledger) SetDefaultHostQuota(ctx context.Context, quota uint64) error {
 
 func defaultQuota(ctx context.Context, tx *Tx) (dcd.DefaultQuota, error) {
 	var v string
-	err := tx.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = ?`, metaDefaultQuota).Scan(&v)
+	err := tx.QueryRowContext(ctx, qMeta, metaDefaultQuota).Scan(&v)
 	if err == nil {
 		n, perr := strconv.ParseUint(v, 10, 64)
 		if perr != nil {
@@ -57,10 +57,10 @@ func defaultQuota(ctx context.Context, tx *Tx) (dcd.DefaultQuota, error) {
 		return dcd.DefaultQuota{}, err
 	}
 	var pool, heads int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(length), 0) FROM regions`).Scan(&pool); err != nil {
+	if err := tx.QueryRowContext(ctx, qPoolLength).Scan(&pool); err != nil {
 		return dcd.DefaultQuota{}, err
 	}
-	if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM hosts`).Scan(&heads); err != nil {
+	if err := tx.QueryRowContext(ctx, qHeads).Scan(&heads); err != nil {
 		return dcd.DefaultQuota{}, err
 	}
 	d := dcd.DefaultQuota{FairShare: true}

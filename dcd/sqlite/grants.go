@@ -18,9 +18,22 @@ const activeStates = `('adding', 'granted', 'releasing')`
 // BeginGrant writes the intent to add chunk to host (state adding). The
 // admission checks and the insert are one transaction.
 func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, checked func(dcd.GrantIntent)) (dcd.GrantIntent, error) {
+	g, durable, err := l.BeginGrantStaged(ctx, chunk, host, checked)
+	if err != nil {
+		return g, err
+	}
+	if err := durable(); err != nil {
+		return dcd.GrantIntent{}, err
+	}
+	return g, nil
+}
+
+// BeginGrantStaged is BeginGrant returning as soon as the intent is
+// committed (dcd.StagedGranter): durable then returns once it is on disk.
+func (l *Ledger) BeginGrantStaged(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, checked func(dcd.GrantIntent)) (dcd.GrantIntent, func() error, error) {
 	var g dcd.GrantIntent
 	called := false
-	err := l.tx(ctx, func(tx *Tx) error {
+	seq, err := l.run(ctx, nil, func(tx *Tx) error {
 		if called {
 			// The caller already acted on the first attempt's grant id;
 			// a re-run would insert another. Fail and let it undo.
@@ -69,9 +82,15 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 		return err
 	})
 	if err != nil {
-		return dcd.GrantIntent{}, fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
+		return dcd.GrantIntent{}, nil, fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
 	}
-	return g, nil
+	durable := func() error {
+		if err := l.makeDurable(seq); err != nil {
+			return fmt.Errorf("ledger: begin grant chunk %d host %d: %w", chunk, host, err)
+		}
+		return nil
+	}
+	return g, durable, nil
 }
 
 // errRetryAfterChecked stops a busy retry of a BeginGrant whose caller has
@@ -395,6 +414,12 @@ func (l *Ledger) Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, er
 	cond := ``
 	if len(where) > 0 {
 		cond = ` WHERE ` + strings.Join(where, ` AND `)
+	}
+	if f.Active && f.Host == nil && f.Chunk == 0 {
+		// Every active grant (the telemetry's layout, reconcile): the
+		// partial index holds only those, where the planner (no
+		// statistics) would scan every grant ever made.
+		cond = ` INDEXED BY grants_one_active` + cond
 	}
 	var grants []dcd.Grant
 	err := l.read(ctx, func(tx *Tx) error {

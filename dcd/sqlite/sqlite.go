@@ -3,9 +3,13 @@
 //
 // The ledger is the write-ahead record of every capacity decision, so a
 // committed transaction must survive a power loss: the database runs in WAL
-// mode with synchronous=FULL by default. All access goes through one
-// connection, which serializes transactions inside the process (SQLite
-// allows one writer anyway) and keeps per-connection pragmas consistent.
+// mode with synchronous=FULL by default. Every write goes through one
+// connection, which serializes write transactions inside the process
+// (SQLite allows one writer anyway); reads take a small pool of their own,
+// because in WAL mode readers never wait for the writer, so a listing of
+// grants never holds up a grant. Concurrent durable commits share their
+// fsync (group commit): each still returns only once an fsync that began
+// after its own commit has finished.
 package sqlite
 
 import (
@@ -17,6 +21,8 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	msqlite "modernc.org/sqlite"
@@ -41,13 +47,33 @@ type Options struct {
 // Ledger is a dcd.Ledger stored in one SQLite file. It is safe for
 // concurrent use.
 type Ledger struct {
-	db    *sql.DB
+	db    *sql.DB // the one writer connection
+	rdb   *sql.DB // read-only connections (query_only)
 	log   *slog.Logger
 	clock func() time.Time
 	// durable: fsync the WAL after every commit except relaxed ones.
 	durable bool
 	walPath string
 	stmts   map[string]*sql.Stmt // prepared hot statements, by SQL text
+	rstmts  map[string]*sql.Stmt // the same, on the read connections
+
+	// commits counts write transactions committed so far; a commit takes
+	// its number after COMMIT returned, so every commit numbered up to a
+	// value read before an fsync starts is covered by that fsync.
+	commits atomic.Uint64
+	group   groupSync
+	// syncFn makes the WAL durable: syncWAL, or a test's stand-in.
+	syncFn func() error
+}
+
+// groupSync lets concurrent durable commits share one fsync: one caller
+// at a time syncs (the leader), the others wait for it and return if it
+// covered their commit, else one of them leads the next.
+type groupSync struct {
+	mu      sync.Mutex
+	done    *sync.Cond // broadcast when a sync ends
+	running bool       // a leader is syncing
+	synced  uint64     // every commit numbered up to this is durable
 }
 
 // Tx is a ledger transaction. Its query methods use the ledger's prepared
@@ -86,19 +112,34 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 // prepare readies the statements of the grant path, which runs on every
 // grant and release, at open, while no transaction holds the connection.
 func (l *Ledger) prepare(ctx context.Context) error {
-	l.stmts = make(map[string]*sql.Stmt)
-	for _, q := range hotStatements() {
-		st, err := l.db.PrepareContext(ctx, q)
-		if err != nil {
-			return fmt.Errorf("prepare %q: %w", q, err)
-		}
-		l.stmts[q] = st
+	var err error
+	if l.stmts, err = prepareOn(ctx, l.db); err != nil {
+		return err
 	}
-	return nil
+	l.rstmts, err = prepareOn(ctx, l.rdb)
+	return err
+}
+
+// prepareOn prepares the hot statements on db (a statement belongs to the
+// *sql.DB it was prepared on, and a Tx can only use its own DB's).
+func prepareOn(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
+	stmts := make(map[string]*sql.Stmt)
+	for _, q := range hotStatements() {
+		st, err := db.PrepareContext(ctx, q)
+		if err != nil {
+			for _, st := range stmts {
+				st.Close()
+			}
+			return nil, fmt.Errorf("prepare %q: %w", q, err)
+		}
+		stmts[q] = st
+	}
+	return stmts, nil
 }
 
 var _ dcd.Ledger = (*Ledger)(nil)
 var _ dcd.ReasonedReleaser = (*Ledger)(nil)
+var _ dcd.StagedGranter = (*Ledger)(nil)
 
 // busyTimeout is how long SQLite itself waits for a lock held by another
 // process (an admin tool, a backup) before reporting SQLITE_BUSY.
@@ -111,10 +152,15 @@ const (
 	busyBackoff = 50 * time.Millisecond
 )
 
+// readConns is how many read transactions run at once beside the writer.
+const readConns = 4
+
 // Open opens (creating if needed) the ledger at path and brings its schema
 // up to date.
 func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	l := &Ledger{log: opts.Logger, clock: opts.Clock}
+	l.group.done = sync.NewCond(&l.group.mu)
+	l.syncFn = l.syncWAL
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
 	}
@@ -138,8 +184,17 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if err := migrate(ctx, db, migrations, l.log, l.clock); err != nil {
 		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
 	}
-	if err := l.prepare(ctx); err != nil {
+	// The readers open only once the schema is current; query_only makes
+	// SQLite itself refuse a write that strayed onto them.
+	rdb, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
+	if err != nil {
 		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
+	}
+	rdb.SetMaxOpenConns(readConns)
+	rdb.SetMaxIdleConns(readConns)
+	l.rdb = rdb
+	if err := l.prepare(ctx); err != nil {
+		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), l.closeDBs())
 	}
 	return l, nil
 }
@@ -173,13 +228,22 @@ func dataSourceName(path, synchronous string) (dsn, level string, err error) {
 
 // Close closes the database.
 func (l *Ledger) Close() error {
-	for _, st := range l.stmts {
-		st.Close()
-	}
-	if err := l.db.Close(); err != nil {
+	if err := l.closeDBs(); err != nil {
 		return fmt.Errorf("ledger: close: %w", err)
 	}
 	return nil
+}
+
+func (l *Ledger) closeDBs() error {
+	for _, st := range l.stmts {
+		st.Close()
+	}
+	for _, st := range l.rstmts {
+		st.Close()
+	}
+	// Readers first: the writer's close may checkpoint and remove the
+	// WAL, which it only does when it is the last connection.
+	return errors.Join(l.rdb.Close(), l.db.Close())
 }
 
 // Ping performs one tiny durable write transaction (the heartbeat row). The
@@ -202,10 +266,44 @@ func (l *Ledger) Ping(ctx context.Context) error {
 // longer than the busy timeout) is retried a few times from the start, so fn
 // must not have effects outside tx.
 func (l *Ledger) tx(ctx context.Context, fn func(*Tx) error) error {
-	if err := l.run(ctx, nil, fn); err != nil {
+	seq, err := l.run(ctx, nil, fn)
+	if err != nil {
 		return err
 	}
-	return l.syncWAL()
+	return l.makeDurable(seq)
+}
+
+// makeDurable returns once every commit numbered up to seq is on disk: at
+// once if a finished fsync already covered it, after the running one if
+// that covers it, else after an fsync it runs itself. A failed fsync
+// advances nothing, so its waiters try again (each reports its own error).
+func (l *Ledger) makeDurable(seq uint64) error {
+	if !l.durable {
+		return nil
+	}
+	g := &l.group
+	g.mu.Lock()
+	for g.running && g.synced < seq {
+		g.done.Wait()
+	}
+	if g.synced >= seq {
+		g.mu.Unlock()
+		return nil
+	}
+	g.running = true
+	target := l.commits.Load() // ≥ seq: later commits ride along
+	g.mu.Unlock()
+
+	err := l.syncFn()
+
+	g.mu.Lock()
+	g.running = false
+	if err == nil && target > g.synced {
+		g.synced = target
+	}
+	g.done.Broadcast()
+	g.mu.Unlock()
+	return err
 }
 
 // syncWAL makes every commit so far durable: in WAL mode a commit is frames
@@ -214,9 +312,6 @@ func (l *Ledger) tx(ctx context.Context, fn func(*Tx) error) error {
 // SQLite may recreate it; a missing file means everything is already
 // checkpointed into the database, which SQLite syncs when it checkpoints.
 func (l *Ledger) syncWAL() error {
-	if !l.durable {
-		return nil
-	}
 	f, err := os.OpenFile(l.walPath, os.O_RDWR, 0)
 	if errors.Is(err, os.ErrNotExist) {
 		return nil
@@ -237,7 +332,8 @@ func (l *Ledger) syncWAL() error {
 // read runs fn in one read transaction, so multi-query reads see one
 // snapshot.
 func (l *Ledger) read(ctx context.Context, fn func(*Tx) error) error {
-	return l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
+	_, err := l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
+	return err
 }
 
 // relaxedTx runs fn in one write transaction whose commit does not wait
@@ -248,40 +344,53 @@ func (l *Ledger) read(ctx context.Context, fn func(*Tx) error) error {
 // only roll the ledger back to the intent, which reconcile completes the
 // same way. This halves the fsyncs of a grant.
 func (l *Ledger) relaxedTx(ctx context.Context, fn func(*Tx) error) error {
-	return l.run(ctx, nil, fn)
+	_, err := l.run(ctx, nil, fn)
+	return err
 }
 
-func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) error {
+// run runs fn in one transaction and returns the commit's number (0 for
+// a read).
+func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) (uint64, error) {
 	for attempt := 1; ; attempt++ {
-		err := l.runOnce(ctx, opts, fn)
+		seq, err := l.runOnce(ctx, opts, fn)
 		if err == nil || !isBusy(err) || attempt > busyRetries {
-			return err
+			return seq, err
 		}
 		l.log.Warn("ledger: database busy, retrying transaction", "attempt", attempt, "err", err)
 		t := time.NewTimer(time.Duration(attempt) * busyBackoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return errors.Join(err, ctx.Err())
+			return 0, errors.Join(err, ctx.Err())
 		case <-t.C:
 		}
 	}
 }
 
-func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) error {
-	stx, err := l.db.BeginTx(ctx, opts)
-	if err != nil {
-		return err
+func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) (uint64, error) {
+	db, stmts := l.db, l.stmts
+	if opts != nil && opts.ReadOnly {
+		db, stmts = l.rdb, l.rstmts
 	}
-	tx := &Tx{Tx: stx, stmts: l.stmts}
+	stx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return 0, err
+	}
+	tx := &Tx{Tx: stx, stmts: stmts}
 	if err := fn(tx); err != nil {
 		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
 			// ErrTxDone: the driver already ended it (cancelled context).
-			return errors.Join(err, rbErr)
+			return 0, errors.Join(err, rbErr)
 		}
-		return err
+		return 0, err
 	}
-	return tx.Commit()
+	if err := tx.Commit(); err != nil {
+		return 0, err
+	}
+	if db != l.db {
+		return 0, nil
+	}
+	return l.commits.Add(1), nil
 }
 
 // isBusy reports whether err is SQLite's "try again later".

@@ -16,7 +16,12 @@ const (
 	qInsertExtent  = `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`
 	qChunkByTag    = `SELECT ` + chunkColumns + ` FROM chunks WHERE tag = ? AND deleted IS NULL`
 	qChunkExtents  = `SELECT dpa, length FROM chunk_extents WHERE chunk = ? ORDER BY idx`
-	qHeartbeat     = `INSERT INTO meta (key, value) VALUES ('heartbeat', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	// The default host quota, which every grant of a host without its own
+	// quota reads (defaultquota.go).
+	qMeta       = `SELECT value FROM meta WHERE key = ?`
+	qPoolLength = `SELECT coalesce(sum(length), 0) FROM regions`
+	qHeads      = `SELECT count(*) FROM hosts`
+	qHeartbeat  = `INSERT INTO meta (key, value) VALUES ('heartbeat', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 )
 
 // qMove moves a grant from one of n source states and reads it back.
@@ -29,5 +34,5 @@ func qMove(n int) string {
 // grant moves the ledger makes (from one state, or from any active one).
 func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
-		qDeleteExtents, qInsertExtent, qHeartbeat, qMove(1), qMove(3)}
+		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qMove(1), qMove(3)}
 }
