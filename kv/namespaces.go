@@ -320,4 +320,3 @@ func (ix *Index) viewLocked(ns *nsState) Namespace {
 	slices.Sort(v.Members)
 	return v
 }
-
