@@ -316,4 +316,7 @@ func TestConcurrentStorm(t *testing.T) {
 	if ns.Stats.Reserved != 0 || ns.Stats.Used > ns.Stats.Capacity {
 		t.Errorf("after the storm: %+v", ns.Stats)
 	}
+	if err := ix.Verify(); err != nil {
+		t.Error(err)
+	}
 }

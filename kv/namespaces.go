@@ -320,3 +320,52 @@ func (ix *Index) viewLocked(ns *nsState) Namespace {
 	slices.Sort(v.Members)
 	return v
 }
+
+// Verify checks the index's invariants (tests, and the daemon's
+// consistency check): in every chunk the live blocks do not overlap, and
+// they and the free spans add up to the chunk; the namespace's used and
+// reserved bytes are its committed and uncommitted blocks'.
+func (ix *Index) Verify() error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	for _, ns := range ix.ns {
+		per := map[*chunkState][]span{}
+		var used, reserved uint64
+		for _, b := range ns.blocks {
+			r := b.chunk.space.round(b.length)
+			per[b.chunk] = append(per[b.chunk], span{b.off, r})
+			switch b.state {
+			case stCommitted:
+				used += r
+			case stReserved, stCommitting:
+				reserved += r
+			}
+		}
+		if used != ns.used || reserved != ns.reserved {
+			return fmt.Errorf("kv: namespace %s counts %d used and %d reserved, its blocks %d and %d", ns.name, ns.used, ns.reserved, used, reserved)
+		}
+		for _, c := range ns.chunks {
+			spans := append(per[c], c.space.free...)
+			slices.SortFunc(spans, func(a, b span) int {
+				switch {
+				case a.off < b.off:
+					return -1
+				case a.off > b.off:
+					return 1
+				}
+				return 0
+			})
+			var at uint64
+			for _, s := range spans {
+				if s.off != at {
+					return fmt.Errorf("kv: chunk %d of %s: span at %#x where %#x was expected (overlap or leak)", c.info.ID, ns.name, s.off, at)
+				}
+				at += s.len
+			}
+			if at != c.space.size {
+				return fmt.Errorf("kv: chunk %d of %s: blocks and free space cover %#x of %#x", c.info.ID, ns.name, at, c.space.size)
+			}
+		}
+	}
+	return nil
+}
