@@ -50,3 +50,28 @@ func (p *lru) Victims(need uint64, skip func(uint64) bool) []uint64 {
 }
 
 func (p *lru) Len() int { return p.l.Len() }
+
+// RangePolicy is an eviction policy whose range type is R: kv/evict's
+// Policy, with R = evict.Range, which is declared there without an
+// import of this package.
+type RangePolicy[R any] interface {
+	Add(id uint64, size uint64, where []R)
+	Touch(id uint64)
+	Remove(id uint64)
+	Victims(need uint64, skip func(id uint64) bool) []uint64
+	Len() int
+}
+
+// Adapt makes a policy of another package's Range type an Evictor:
+// kv.Adapt[evict.Range](evict.NewHot(heat, now)).
+func Adapt[R ~struct{ DPA, Len uint64 }](p RangePolicy[R]) Evictor { return adapted[R]{p} }
+
+type adapted[R ~struct{ DPA, Len uint64 }] struct{ RangePolicy[R] }
+
+func (a adapted[R]) Add(id, size uint64, where []Range) {
+	rs := make([]R, len(where))
+	for i, r := range where {
+		rs[i] = R(r)
+	}
+	a.RangePolicy.Add(id, size, rs)
+}
