@@ -3,6 +3,7 @@ package client_test
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -66,8 +67,9 @@ func newBoxRig(t *testing.T) *boxRig {
 	scfg := sim.DefaultConfig()
 	scfg.Capacity = 16 << 30
 	scfg.WorkloadTick = -1
+	scfg.BlockSize = 16 << 20 // small chunks: the tests move less memory
 	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: t.TempDir(), Sim: scfg,
-		Logger: slog.New(slog.DiscardHandler), AddTimeout: 5 * time.Second, ReleaseTimeout: 5 * time.Second, Synchronous: "NORMAL"})
+		Logger: slog.New(slog.DiscardHandler), AddTimeout: 5 * time.Second, ReleaseTimeout: time.Second, Synchronous: "NORMAL"})
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -130,7 +132,7 @@ func TestTwoHostsShareBlocks(t *testing.T) {
 	r := newBoxRig(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	ns, toks, err := r.app.KV.Create(ctx, kv.CreateRequest{Name: "llama", ChunkSize: 256 << 20, Quota: 512 << 20, Hosts: []dcd.HostID{0, 1}})
+	ns, toks, err := r.app.KV.Create(ctx, kv.CreateRequest{Name: "llama", ChunkSize: 16 << 20, Quota: 32 << 20, Hosts: []dcd.HostID{0, 1}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,5 +202,80 @@ func TestTwoHostsShareBlocks(t *testing.T) {
 	// for all 16 put and got.
 	if w := r.wire.Load(); w >= size {
 		t.Errorf("the index protocol carried %d bytes for %d blocks of %d: the box copied data", w, n, size)
+	}
+}
+
+// TestNamespaceGrowsAndShrinks: a full namespace under its quota gets a
+// second chunk granted to both hosts (the clients map it when a block
+// lands there); resizing back releases the colder chunk after evicting
+// its blocks, and what is left reads back intact.
+func TestNamespaceGrowsAndShrinks(t *testing.T) {
+	r := newBoxRig(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	const chunk = 16 << 20
+	_, toks, err := r.app.KV.Create(ctx, kv.CreateRequest{Name: "grow", ChunkSize: chunk, Quota: 2 * chunk, Hosts: []dcd.HostID{0, 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := func(ld int) *client.Client {
+		c, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: "grow", Host: uint16(ld), Token: toks[dcd.HostID(ld)],
+			Mapper: r.backends[ld]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	a, b := c(0), c(1)
+	// 6 blocks of 4 MiB: the first chunk holds 4.
+	const size = 4 << 20
+	var keys [][]byte
+	for i := range 6 {
+		k := fmt.Appendf(nil, "big-%d", i)
+		keys = append(keys, k)
+		if err := a.Put(ctx, k, bytes.Repeat([]byte{byte(i + 1)}, size)); err != nil {
+			t.Fatalf("put %d: %v", i, err)
+		}
+	}
+	ns, _ := r.app.KV.Namespace("grow")
+	if len(ns.Chunks) != 2 || ns.Stats.Evictions != 0 {
+		t.Fatalf("after 6 × 4 MiB: %d chunks, %d evictions; want 2 and 0", len(ns.Chunks), ns.Stats.Evictions)
+	}
+	for i, k := range keys {
+		v, err := b.Get(ctx, k)
+		if err != nil || len(v) != size || v[0] != byte(i+1) || v[size-1] != byte(i+1) {
+			t.Fatalf("host 1 get %s: %v", k, err)
+		}
+	}
+	// Blocks 0-3 are in the first chunk; touch them so the second is colder.
+	for _, k := range keys[:4] {
+		if _, err := b.Get(ctx, k); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ns, err = r.app.KV.Resize(ctx, "grow", chunk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ns.Chunks) != 1 || ns.Stats.Evictions != 2 {
+		t.Fatalf("after the shrink: %d chunks, %d evictions; want 1 and 2", len(ns.Chunks), ns.Stats.Evictions)
+	}
+	for i, k := range keys {
+		v, err := b.Get(ctx, k)
+		switch {
+		case i < 4 && (err != nil || v[size/2] != byte(i+1)):
+			t.Errorf("kept block %s: %v", k, err)
+		case i >= 4 && !errors.Is(err, client.ErrNotFound):
+			t.Errorf("block %s of the released chunk: %v, want not found", k, err)
+		}
+	}
+	// The released chunk is gone from the ledger.
+	chunks, err := r.app.Ledger.Chunks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) != 1 {
+		t.Errorf("ledger has %d chunks, want 1", len(chunks))
 	}
 }
