@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -55,7 +56,9 @@ func TestMain(m *testing.M) {
 // crashChild opens the index, makes the namespace on its first start and
 // serves until killed.
 func crashChild() error {
-	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: os.Getenv(envDir)})
+	// CompactAt 1: the log is rewritten each time it doubles (7 times in
+	// a run), so kills land around compactions too.
+	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: os.Getenv(envDir), CompactAt: 1, Logger: slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 	if err != nil {
 		return err
 	}
@@ -84,6 +87,7 @@ func crashChild() error {
 	if err != nil {
 		return err
 	}
+	go ix.RunReaper(context.Background(), 5*time.Millisecond)
 	fmt.Println("ready")
 	return srv.Serve(l)
 }

@@ -36,6 +36,10 @@ type IndexConfig struct {
 	MaxPerSession int
 	// DefaultLease and MaxLease bound sessions' leases (30 s, 300 s).
 	DefaultLease, MaxLease time.Duration
+	// CompactAt is the log size from which the reaper's pass rewrites
+	// it as a snapshot of the state (64 MiB), once it is also twice the
+	// last snapshot's size.
+	CompactAt int64
 }
 
 // Index is the KV index of every namespace. Methods are safe for
@@ -50,6 +54,7 @@ type Index struct {
 	sessions map[uint64]*Session
 	nextSess uint64
 	closed   bool
+	lastSnap int64 // size of the last snapshot written
 }
 
 type blockState uint8
@@ -134,6 +139,9 @@ func OpenIndex(cfg IndexConfig) (*Index, error) {
 	if cfg.MaxLease <= 0 {
 		cfg.MaxLease = 300 * time.Second
 	}
+	if cfg.CompactAt <= 0 {
+		cfg.CompactAt = 64 << 20
+	}
 	if err := mkdir(cfg.Dir); err != nil {
 		return nil, err
 	}
@@ -156,6 +164,7 @@ func OpenIndex(cfg IndexConfig) (*Index, error) {
 		w.close()
 		return nil, err
 	}
+	ix.lastSnap = int64(len(snap))
 	for _, ns := range ix.ns {
 		ix.log.Info("kv namespace restored", "namespace", ns.name, "blocks", len(ns.keys), "chunks", len(ns.chunks), "used", ns.used)
 	}
@@ -175,6 +184,51 @@ func (ix *Index) Close() error {
 	}
 	ix.mu.Unlock()
 	return ix.wal.close()
+}
+
+// Compact rewrites the log as a snapshot of the state, atomically (a
+// crash leaves the old log or the new one). The index is held still
+// meanwhile: every appended record is written first.
+func (ix *Index) Compact() error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.closed {
+		return fmt.Errorf("kv: index closed: %w", ErrUnavailable)
+	}
+	return ix.compactLocked()
+}
+
+func (ix *Index) compactLocked() error {
+	if err := ix.wal.quiesce(); err != nil {
+		return err
+	}
+	var snap []byte
+	for _, ns := range ix.ns {
+		snap = ix.snapshot(snap, ns)
+	}
+	before := ix.wal.Size()
+	if err := ix.wal.rewrite(snap); err != nil {
+		return err
+	}
+	ix.lastSnap = int64(len(snap))
+	ix.log.Info("kv: log compacted", "from", before, "to", len(snap))
+	return nil
+}
+
+// maybeCompact compacts once the log is over CompactAt and twice the last
+// snapshot.
+func (ix *Index) maybeCompact() {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.closed {
+		return
+	}
+	if n := ix.wal.Size(); n < ix.cfg.CompactAt || n < 2*ix.lastSnap {
+		return
+	}
+	if err := ix.compactLocked(); err != nil {
+		ix.log.Warn("kv: log compaction", "err", err)
+	}
 }
 
 // Records.
@@ -249,9 +303,14 @@ func (ix *Index) snapshot(b []byte, ns *nsState) []byte {
 		b = jsonRecord(b, recChunkAdd, chunkRecord{NS: ns.name, ID: c.info.ID, Tag: c.info.Tag, Size: c.info.Size, Extents: c.info.Extents})
 	}
 	b = idsRecord(b, ns.name, ns.idsUpto)
+	// What the log holds committed: committed blocks, and committing
+	// ones (their record is durable once the log is quiet; their waiter
+	// marks them committed after). Blocks being freed are freed in it.
 	ids := make([]uint64, 0, len(ns.keys))
-	for _, bl := range ns.keys {
-		ids = append(ids, bl.id)
+	for _, bl := range ns.blocks {
+		if bl.state == stCommitted || bl.state == stCommitting {
+			ids = append(ids, bl.id)
+		}
 	}
 	slices.Sort(ids) // commit order approximates recency for the policy
 	for _, id := range ids {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -319,4 +321,65 @@ func TestConcurrentStorm(t *testing.T) {
 	if err := ix.Verify(); err != nil {
 		t.Error(err)
 	}
+}
+
+// TestCompact: the log becomes the state: smaller, and the same state
+// after a restart.
+func TestCompact(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: time.Unix(1e9, 0)}
+	ix := newIndex(t, dir, clk, 1)
+	s := open(t, ix)
+	want := map[string]kv.Block{}
+	for i := range 200 {
+		k := fmt.Sprint("k", i)
+		b := put(t, s, k, 4096)
+		if i%2 == 0 {
+			if errs, _ := s.Delete([][]byte{[]byte(k)}); errs[0] != nil {
+				t.Fatal(errs[0])
+			}
+			continue
+		}
+		want[k] = b
+	}
+	path := filepath.Join(dir, kv.WALFile)
+	before := fileSize(t, path)
+	if err := ix.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	if after := fileSize(t, path); after >= before {
+		t.Errorf("log %d bytes after compaction, %d before", after, before)
+	}
+	put(t, s, "after", 4096) // appends go on into the new log
+	ix2, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, Clock: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix2.Close()
+	s2 := open(t, ix2)
+	want["after"] = kv.Block{}
+	for k, b := range want {
+		got, err := get(t, s2, k)
+		if err != nil {
+			t.Fatalf("%s: %v", k, err)
+		}
+		if k != "after" && got != b {
+			t.Errorf("%s: %+v, want %+v", k, got, b)
+		}
+	}
+	if _, err := get(t, s2, "k0"); !errors.Is(err, kv.ErrNotFound) {
+		t.Errorf("deleted k0: %v", err)
+	}
+	if err := ix2.Verify(); err != nil {
+		t.Error(err)
+	}
+}
+
+func fileSize(t *testing.T, path string) int64 {
+	t.Helper()
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi.Size()
 }

@@ -630,7 +630,8 @@ func (ix *Index) Reap(now time.Time) int {
 	return n
 }
 
-// RunReaper reaps every interval until ctx ends.
+// RunReaper reaps every interval until ctx ends, and compacts the log
+// when it has grown.
 func (ix *Index) RunReaper(ctx context.Context, every time.Duration) {
 	t := time.NewTicker(every)
 	defer t.Stop()
@@ -640,6 +641,7 @@ func (ix *Index) RunReaper(ctx context.Context, every time.Duration) {
 			return
 		case <-t.C:
 			ix.Reap(ix.cfg.Clock())
+			ix.maybeCompact()
 		}
 	}
 }

@@ -52,6 +52,7 @@ type wal struct {
 	closed  bool
 	failed  error // sticky: after a failed write nothing more is appended
 	size    int64
+	flying  *batch // the batch being written, if any
 	stopped chan struct{}
 }
 
@@ -163,6 +164,7 @@ func (w *wal) flusher() {
 			continue
 		}
 		w.cur = newBatch()
+		w.flying = b
 		f := w.f
 		w.mu.Unlock()
 		_, err := f.Write(b.buf)
@@ -178,9 +180,32 @@ func (w *wal) flusher() {
 		} else {
 			w.size += int64(len(b.buf))
 		}
+		w.flying = nil
 		w.mu.Unlock()
 		b.err = err
 		close(b.done)
+	}
+}
+
+// quiesce waits until every appended record is written (or failed). The
+// caller keeps anyone from appending meanwhile (the index lock).
+func (w *wal) quiesce() error {
+	for {
+		w.mu.Lock()
+		cur, fl, failed := w.cur, w.flying, w.failed
+		w.mu.Unlock()
+		switch {
+		case fl != nil:
+			<-fl.done
+		case len(cur.buf) > 0:
+			select {
+			case w.kick <- struct{}{}:
+			default:
+			}
+			<-cur.done
+		default:
+			return failed
+		}
 	}
 }
 
