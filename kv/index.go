@@ -102,7 +102,14 @@ type nsState struct {
 	evictions uint64
 	deleting  bool
 	grow      *growFlight
+	// growFailed is when the last growth failed: puts evict instead of
+	// asking again for growBackoff, so a pool out of capacity or a host
+	// that does not answer does not stall every put.
+	growFailed time.Time
 }
+
+// growBackoff is how long after a failed growth puts only evict.
+const growBackoff = 10 * time.Second
 
 type growFlight struct {
 	done chan struct{}

@@ -250,12 +250,13 @@ func (ix *Index) reserveLocked(s *Session, key string, n uint64) (*block, []byte
 // need bytes of cold unpinned blocks; it drops ix.mu while it waits (the
 // grant, the log). An error says neither was possible.
 func (ix *Index) makeRoomLocked(ctx context.Context, ns *nsState, need uint64, ids *[]byte) error {
-	if ix.cfg.Grow != nil && ns.capacity()+ns.chunkSize <= ns.quota {
-		if err := ix.growLocked(ctx, ns); err == nil {
+	if ix.cfg.Grow != nil && ns.capacity()+ns.chunkSize <= ns.quota && ix.cfg.Clock().Sub(ns.growFailed) >= growBackoff {
+		err := ix.growLocked(ctx, ns)
+		if err == nil {
 			return nil
-		} else {
-			ix.log.Warn("kv: namespace could not grow; evicting", "namespace", ns.name, "err", err)
 		}
+		ns.growFailed = ix.cfg.Clock()
+		ix.log.Warn("kv: namespace could not grow; evicting", "namespace", ns.name, "err", err)
 	}
 	victims := ns.ev.Victims(need, func(id uint64) bool {
 		b := ns.blocks[id]
