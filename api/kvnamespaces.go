@@ -299,7 +299,9 @@ func (s *Server) deleteKVNamespace(c echo.Context) error {
 	return s.NoContent(c)
 }
 
-func (s *Server) kvJoin(c echo.Context) error {
+// kvHostChange runs a Join or Leave of the body's Host and answers the
+// namespace after it, with what change returns added (Join's token).
+func (s *Server) kvHostChange(c echo.Context, change func(ctx context.Context, name string, h dcd.HostID) (Obj, error)) error {
 	ns, _, err := s.lookupKV(c)
 	if err != nil {
 		return err
@@ -314,7 +316,7 @@ func (s *Server) kvJoin(c echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), kvChangeTimeout)
 	defer cancel()
-	tok, err := s.cfg.KV.Join(ctx, ns.Name, h)
+	extra, err := change(ctx, ns.Name, h)
 	if err != nil {
 		return kvErr(err, ns.Name)
 	}
@@ -323,34 +325,27 @@ func (s *Server) kvJoin(c echo.Context) error {
 		return kvErr(err, ns.Name)
 	}
 	body := kvBody(got)
-	body["Tokens"] = kvTokens(map[dcd.HostID]kv.Token{h: tok})
-	c.Response().Header().Set("Cache-Control", "no-store")
+	for k, v := range extra {
+		body[k] = v
+	}
 	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
 	return s.WriteResource(c, http.StatusOK, body)
 }
 
+func (s *Server) kvJoin(c echo.Context) error {
+	return s.kvHostChange(c, func(ctx context.Context, name string, h dcd.HostID) (Obj, error) {
+		tok, err := s.cfg.KV.Join(ctx, name, h)
+		if err != nil {
+			return nil, err
+		}
+		// The token is a secret: no cache keeps the answer.
+		c.Response().Header().Set("Cache-Control", "no-store")
+		return Obj{"Tokens": kvTokens(map[dcd.HostID]kv.Token{h: tok})}, nil
+	})
+}
+
 func (s *Server) kvLeave(c echo.Context) error {
-	ns, _, err := s.lookupKV(c)
-	if err != nil {
-		return err
-	}
-	var req kvHostAction
-	if err := s.Decode(c, &req); err != nil {
-		return err
-	}
-	h, err := s.kvHost(*req.Host, "Host")
-	if err != nil {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(c.Request().Context(), kvChangeTimeout)
-	defer cancel()
-	if err := s.cfg.KV.Leave(ctx, ns.Name, h); err != nil {
-		return kvErr(err, ns.Name)
-	}
-	got, err := s.cfg.KV.Namespace(ns.Name)
-	if err != nil {
-		return kvErr(err, ns.Name)
-	}
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
-	return s.WriteResource(c, http.StatusOK, kvBody(got))
+	return s.kvHostChange(c, func(ctx context.Context, name string, h dcd.HostID) (Obj, error) {
+		return nil, s.cfg.KV.Leave(ctx, name, h)
+	})
 }
