@@ -50,7 +50,7 @@ type rig struct {
 	tok    [wire.TokenSize]byte
 }
 
-func newRig(t *testing.T, network string) *rig {
+func newRig(t testing.TB, network string) *rig {
 	t.Helper()
 	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: t.TempDir()})
 	if err != nil {
