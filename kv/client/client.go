@@ -93,6 +93,9 @@ type Client struct {
 
 	mapMu sync.Mutex
 	maps  map[[16]byte]host.Mapping
+	// useMu is held shared while bytes of a mapping are copied, and
+	// exclusively to unmap: a mapping never goes away under a copy.
+	useMu sync.RWMutex
 }
 
 // Dial connects and says HELLO.
@@ -129,6 +132,8 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	err := c.nc.Close()
 	c.mu.Unlock()
+	c.useMu.Lock()
+	defer c.useMu.Unlock()
 	c.mapMu.Lock()
 	for t, m := range c.maps {
 		_ = m.Close()
@@ -259,13 +264,17 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) ([]error, 
 			if out[i] = itemErr(wire.OpPut, it.Status); out[i] != nil {
 				continue
 			}
+			c.useMu.RLock()
 			dst, err := c.bytes(ctx, it.Loc)
+			if err == nil {
+				copy(dst, values[i])
+			}
+			c.useMu.RUnlock()
 			if err != nil {
 				out[i] = err
 				abort = append(abort, it.Loc.Block)
 				continue
 			}
-			copy(dst, values[i])
 			commit = append(commit, it.Loc.Block)
 			at = append(at, i)
 		}
@@ -316,12 +325,16 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 			if errs[i] = itemErr(wire.OpGet, it.Status); errs[i] != nil {
 				continue
 			}
+			c.useMu.RLock()
 			src, err := c.bytes(ctx, it.Loc)
+			if err == nil {
+				vals[i] = append([]byte(nil), src...)
+			}
+			c.useMu.RUnlock()
 			if err != nil {
 				errs[i] = err
 				continue
 			}
-			vals[i] = append([]byte(nil), src...)
 			checks = append(checks, wire.BlockGen{Block: it.Loc.Block, Gen: it.Loc.Gen})
 			at = append(at, i)
 		}
@@ -345,7 +358,8 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 }
 
 // Pinned is a pinned block: Bytes are valid (in pool memory, not a copy)
-// until Unpin.
+// until Unpin or Close. (A chunk with pinned blocks never leaves the
+// namespace, so Chunks never unmaps them.)
 type Pinned struct {
 	Loc   wire.Loc
 	Bytes []byte
@@ -438,10 +452,30 @@ func (c *Client) Renew(ctx context.Context) error {
 	return err
 }
 
-// Chunks lists the namespace's chunks.
+// Chunks lists the namespace's chunks and unmaps those this client
+// mapped that are no longer among them (the namespace shrank), so that
+// the host can give their capacity back: a host refuses to release memory
+// that is still mapped, and the box then waits for its release timeout.
 func (c *Client) Chunks(ctx context.Context) ([]wire.Chunk, error) {
 	resp, err := c.do(ctx, &wire.Request{Op: wire.OpChunks})
-	return resp.Chunks, err
+	if err != nil {
+		return nil, err
+	}
+	live := map[[16]byte]bool{}
+	for _, ch := range resp.Chunks {
+		live[ch.Tag] = true
+	}
+	c.useMu.Lock()
+	defer c.useMu.Unlock()
+	c.mapMu.Lock()
+	for t, m := range c.maps {
+		if !live[t] {
+			_ = m.Close()
+			delete(c.maps, t)
+		}
+	}
+	c.mapMu.Unlock()
+	return resp.Chunks, nil
 }
 
 // Stat returns the namespace's numbers.

@@ -258,6 +258,11 @@ func TestNamespaceGrowsAndShrinks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	for _, c := range []*client.Client{a, b} {
+		if cs, err := c.Chunks(ctx); err != nil || len(cs) != 1 {
+			t.Fatalf("chunks after the shrink: %v, %v; want 1", cs, err)
+		}
+	}
 	if len(ns.Chunks) != 1 || ns.Stats.Evictions != 2 {
 		t.Fatalf("after the shrink: %d chunks, %d evictions; want 1 and 2", len(ns.Chunks), ns.Stats.Evictions)
 	}
