@@ -284,3 +284,34 @@ func TestNamespaceGrowsAndShrinks(t *testing.T) {
 		t.Errorf("ledger has %d chunks, want 1", len(chunks))
 	}
 }
+
+// TestSweepFreesStrayChunks: a namespace chunk the index does not hold
+// (a crash between the ledger and the index) is released and freed by
+// the sweep at start; other chunks are left alone.
+func TestSweepFreesStrayChunks(t *testing.T) {
+	r := newBoxRig(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	m := r.app.Manager
+	stray, err := m.Reserve(ctx, dcd.ReserveRequest{Name: kv.ChunkPrefix + "ghost", Size: 16 << 20, Region: -1, Sharable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Grant(ctx, stray.ID, 2); err != nil {
+		t.Fatal(err)
+	}
+	other, err := m.Reserve(ctx, dcd.ReserveRequest{Name: "not-kv", Size: 16 << 20, Region: -1, Sharable: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.app.KV.Sweep(ctx); err != nil {
+		t.Fatal(err)
+	}
+	chunks, err := r.app.Ledger.Chunks(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(chunks) != 1 || chunks[0].ID != other.ID {
+		t.Errorf("after the sweep the ledger holds %+v, want only chunk %d", chunks, other.ID)
+	}
+}
