@@ -46,6 +46,7 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
+	"cxlpool/kv"
 	"cxlpool/rdma"
 )
 
@@ -99,6 +100,9 @@ type Config struct {
 	// PushClient delivers events to subscribers (a client with a 10 s
 	// timeout).
 	PushClient *http.Client
+	// KV is the KV-cache store's namespaces (kvnamespaces.go). Nil: not
+	// served.
+	KV *kv.Service
 	// Exports serves pool memory to remote racks: the Fabrics/RDMA
 	// resources (exports.go). Nil: no exports and no RDMA fabric.
 	Exports *rdma.Service
@@ -351,6 +355,7 @@ func (s *Server) routes() []func() {
 		s.certificateRoutes,
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
+		s.kvNamespaceRoutes,
 	}
 }
 

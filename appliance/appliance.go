@@ -25,6 +25,7 @@ import (
 	"cxlpool/fabric/fm"
 	"cxlpool/fabric/serial"
 	"cxlpool/internal/bytesize"
+	"cxlpool/kv"
 	"cxlpool/rdma"
 	"cxlpool/rdma/dax"
 	exportstore "cxlpool/rdma/sqlite"
@@ -76,6 +77,9 @@ type Config struct {
 	SimWorkload string
 	// Telemetry tunes the telemetry pipeline.
 	Telemetry TelemetryConfig
+	// KVListen and KVSocket are where hosts' KV clients reach the KV
+	// index (kv/wire, TCP and a unix socket); empty: not served.
+	KVListen, KVSocket string
 }
 
 // Appliance is a running daemon's parts.
@@ -97,6 +101,11 @@ type Appliance struct {
 	Telemetry *Telemetry
 	check     *startCheck // consistency.go
 	closers   []func() error
+
+	// KV is the KV-cache store's namespaces and index (kv.go); KVAddr the
+	// index's TCP address once served.
+	KV     *kv.Service
+	KVAddr net.Addr
 }
 
 // Open connects to the device and opens the ledger. On error nothing is
@@ -179,6 +188,9 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 		return nil, err
 	}
 	a.Manager = mgr
+	if err := a.openKV(); err != nil {
+		return nil, err
+	}
 	return a, nil
 }
 
@@ -314,6 +326,9 @@ func (a *Appliance) Start(ctx context.Context) error {
 	}
 	a.startBoard(ctx, <-board)
 	if err := a.startTelemetry(ctx); err != nil {
+		return err
+	}
+	if err := a.startKV(ctx); err != nil {
 		return err
 	}
 	if a.Exports == nil {

@@ -29,6 +29,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
 	plainHTTP := fs.Bool("http", false, "serve the API over plain HTTP instead of TLS (development only)")
 	exportListen := fs.String("export-listen", "", "serve exported pool memory to remote racks on this TCP address (empty: off)")
+	kvListen := fs.String("kv-listen", "", "serve the KV-cache store's index protocol to hosts on this TCP address (empty: off)")
+	kvSocket := fs.String("kv-socket", "", "serve the KV-cache store's index protocol on this unix socket (empty: off)")
 	daxPath := fs.String("dax", "", "DAX device that maps the pool's memory for exports on hardware (the virtual box needs none)")
 	logLevel := fs.String("log-level", "info", "log level: debug, info, warn, error")
 	startGate := fs.Int("start-gate", -1, "wait for a byte on this file descriptor before opening the data directory or the device (a supervisor preparing the box; -1: no wait)")
@@ -87,6 +89,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
 		ExportListen: *exportListen, DAXPath: *daxPath,
+		KVListen: *kvListen, KVSocket: *kvSocket,
 		CHMU: *chmuLoc, SimWorkload: workload,
 	})
 	if err != nil {
@@ -135,6 +138,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Manager: app.Manager, Device: app.Device, DataDir: *data, Logger: log.With("component", "api"),
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
 		Exports: app.Exports, ExportAddr: exportAddr,
+		KV:        app.KV,
 		Telemetry: tel,
 		Board:     app.Board,
 		LocalCXL:  localCXL(), // image.go

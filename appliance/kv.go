@@ -1,0 +1,73 @@
+package appliance
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+
+	"cxlpool/kv"
+)
+
+// KVDir is the KV index's directory inside the data directory.
+const KVDir = "kv"
+
+// openKV opens the KV-cache store's index over the capacity Manager.
+func (a *Appliance) openKV() error {
+	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"),
+		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock}})
+	if err != nil {
+		return fmt.Errorf("appliance: %w", err)
+	}
+	a.KV = svc
+	a.closers = append(a.closers, svc.Close)
+	return nil
+}
+
+// startKV frees namespace chunks a crash left outside the index, starts
+// the lease reaper and the protocol servers (KVListen, KVSocket).
+func (a *Appliance) startKV(ctx context.Context) error {
+	if err := a.KV.Sweep(ctx); err != nil {
+		a.cfg.Logger.Warn("kv: sweep of stray namespace chunks", "err", err)
+	}
+	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	done := make(chan struct{})
+	go func() { defer close(done); a.KV.RunReaper(rctx, time.Second) }()
+	a.closers = append(a.closers, func() error { cancel(); <-done; return nil })
+	if a.cfg.KVListen == "" && a.cfg.KVSocket == "" {
+		return nil
+	}
+	srv, err := kv.NewServer(kv.ServerConfig{Index: a.KV.Ix, Logger: a.cfg.Logger.With("component", "kv-server")})
+	if err != nil {
+		return fmt.Errorf("appliance: kv server: %w", err)
+	}
+	var lns []net.Listener
+	if a.cfg.KVListen != "" {
+		ln, err := net.Listen("tcp", a.cfg.KVListen)
+		if err != nil {
+			return fmt.Errorf("appliance: kv server: %w", err)
+		}
+		a.KVAddr = ln.Addr()
+		lns = append(lns, ln)
+	}
+	if p := a.cfg.KVSocket; p != "" {
+		_ = os.Remove(p) // a socket left by a killed daemon
+		ln, err := net.Listen("unix", p)
+		if err != nil {
+			for _, l := range lns {
+				l.Close()
+			}
+			return fmt.Errorf("appliance: kv server: %w", err)
+		}
+		// Hosts' clients run as other users; the token is the access check.
+		_ = os.Chmod(p, 0o666)
+		lns = append(lns, ln)
+	}
+	for _, ln := range lns {
+		go srv.Serve(ln)
+	}
+	a.closers = append(a.closers, srv.Close)
+	return nil
+}
