@@ -7,7 +7,8 @@
 //
 // The CHMU has no CCI command set: it is a host-MMIO register block, so the
 // driver only ever sees 8- and 2-byte register accesses. Everything above
-// the ring (top-K, heatmaps, hints) lives in hmu/topk and hmu/agg.
+// the ring (top-K, heatmaps, hints) lives in hmu/topk and hmu/agg, and the
+// pipeline that runs them for the daemon in hmu/telemetry.
 package hmu
 
 import (

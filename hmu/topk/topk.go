@@ -250,6 +250,33 @@ func (s *Summary) Get(key uint64) (Item, bool) {
 	return Item{Key: key, Count: s.hcnt[s.pos[slot]], Err: s.err[slot]}, true
 }
 
+// SumRange is the sum of the counts of the monitored keys in [lo, hi]
+// (inclusive, so a range may end at the largest key). A short range
+// probes the index key by key; a long one scans the counters once, so
+// the cost is at most min(hi−lo+1, Len) steps.
+func (s *Summary) SumRange(lo, hi uint64) uint64 {
+	if hi < lo || s.size == 0 {
+		return 0
+	}
+	var sum uint64
+	if hi-lo < uint64(s.size)/4 {
+		for k := lo; ; k++ {
+			if slot := s.find(k); slot >= 0 {
+				sum = sat(sum, s.hcnt[s.pos[slot]])
+			}
+			if k == hi {
+				return sum
+			}
+		}
+	}
+	for p := range s.size {
+		if k := s.key[s.hslot[p]]; k >= lo && k <= hi {
+			sum = sat(sum, s.hcnt[p])
+		}
+	}
+	return sum
+}
+
 // Top appends the n heaviest monitored keys to dst, by Count then by
 // guaranteed weight, both descending; ties by key.
 func (s *Summary) Top(dst []Item, n int) []Item {

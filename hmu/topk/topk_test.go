@@ -249,3 +249,36 @@ func TestPrecisionSmall(t *testing.T) {
 	}
 	t.Logf("precision@%d = %.4f, Min = %d = %.2f·N/k", top, p, s.Min(), float64(s.Min())*k/n)
 }
+
+// TestSumRange: the sum over a key range equals a brute-force sum over
+// the monitored items, whether the range is probed key by key (short) or
+// the counters are scanned (long), at the edges of the key space too.
+func TestSumRange(t *testing.T) {
+	s := New(64)
+	for _, kw := range zipfStream(3, 1.2, 1<<10, 5000, one) {
+		s.Add(kw.key, kw.w)
+	}
+	s.Add(^uint64(0), 7)
+	s.Add(0, 3)
+	brute := func(lo, hi uint64) uint64 {
+		var sum uint64
+		for _, it := range s.Top(nil, s.Len()) {
+			if it.Key >= lo && it.Key <= hi {
+				sum += it.Count
+			}
+		}
+		return sum
+	}
+	tests := []struct{ lo, hi uint64 }{
+		{0, 0}, {0, 3}, {5, 9}, {100, 200}, {0, 1 << 10}, {0, ^uint64(0)},
+		{^uint64(0) - 2, ^uint64(0)}, {^uint64(0), ^uint64(0)}, {9, 5},
+	}
+	for _, tt := range tests {
+		if got, want := s.SumRange(tt.lo, tt.hi), brute(tt.lo, tt.hi); got != want {
+			t.Errorf("SumRange(%d, %d): got %d, want %d", tt.lo, tt.hi, got, want)
+		}
+	}
+	if got := New(8).SumRange(0, 10); got != 0 {
+		t.Errorf("empty summary: got %d, want 0", got)
+	}
+}
