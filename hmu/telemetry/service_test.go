@@ -178,7 +178,9 @@ func TestTelemetryOnVirtualBox(t *testing.T) {
 	}
 	// The KV store's eviction heat (kv/evict.Heat): the hot unit and the
 	// block around it are warm, a range nobody touched is cold.
-	var heat interface{ HeatOf(dpa, length uint64) float64 } = tel
+	var heat interface {
+		HeatOf(dpa, length uint64) float64
+	} = tel
 	if got := heat.HeatOf(hot0, 4096); got <= 0 {
 		t.Errorf("HeatOf(hot unit %#x): got %v, want > 0", hot0, got)
 	}
