@@ -66,7 +66,7 @@ type Config struct {
 	// Board configures board management (board.go).
 	Board BoardConfig
 	// CHMU locates a real device's hotness monitoring unit for telemetry
-	// (telemetry.go): PATH[@OFFSET] of its PCI BAR resource file, or
+	// (hmu/telemetry): PATH[@OFFSET] of its PCI BAR resource file, or
 	// pci:BDF. Empty with a real device: telemetry is off. The virtual
 	// box's CHMU is built in.
 	CHMU string
@@ -92,7 +92,7 @@ type Appliance struct {
 	ExportAddr net.Addr
 	// Board is board management: sensors, fans, PSUs, head power (board.go).
 	Board *Board
-	// Telemetry is the CHMU pipeline (telemetry.go); nil when the device
+	// Telemetry is the CHMU pipeline (hmu/telemetry, started in telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
 	check     *startCheck // consistency.go
