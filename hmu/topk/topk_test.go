@@ -29,12 +29,38 @@ func scatter(rank, units uint64) uint64 { return rank * 0x9e3779b97f4a7c15 & (un
 
 func one(*rand.Rand) uint64 { return 1 }
 
-// checkInvariants verifies the heap, the index and the slot bookkeeping.
+// checkInvariants verifies the radix heap, the index and the slot
+// bookkeeping.
 func checkInvariants(t *testing.T, s *Summary) {
 	t.Helper()
-	for p := 1; p < s.size; p++ {
-		if parent := (p - 1) / 4; s.hcnt[parent] > s.hcnt[p] {
-			t.Fatalf("heap: count[%d]=%d > count[%d]=%d", parent, s.hcnt[parent], p, s.hcnt[p])
+	seen := 0
+	for b, h := range s.head {
+		if b > 0 && (h != none) != (s.nonEmpty>>(b-1)&1 == 1) {
+			t.Fatalf("bucket %d: head %d, non-empty bit %v", b, h, s.nonEmpty>>(b-1)&1 == 1)
+		}
+		prev := none
+		for sl := h; sl != none; sl = s.next[sl] {
+			if seen++; seen > s.size {
+				t.Fatalf("bucket lists hold more than the %d slots", s.size)
+			}
+			if int(sl) >= s.size || s.bkt[sl] != uint8(b) || s.prev[sl] != prev {
+				t.Fatalf("slot %d in bucket %d: bkt %d, prev %d (want %d), size %d", sl, b, s.bkt[sl], s.prev[sl], prev, s.size)
+			}
+			if got := s.radix(s.cnt[sl]); got != uint8(b) || s.cnt[sl] < s.last {
+				t.Fatalf("slot %d: count %d with last %d belongs in bucket %d, is in %d", sl, s.cnt[sl], s.last, got, b)
+			}
+			prev = sl
+		}
+	}
+	if seen != s.size {
+		t.Fatalf("bucket lists hold %d slots, want %d", seen, s.size)
+	}
+	if s.size == s.k && s.size > 0 {
+		if s.head[0] == none {
+			t.Fatal("a full summary with bucket 0 empty")
+		}
+		if m := slices.Min(s.cnt[:s.size]); m != s.Min() {
+			t.Fatalf("Min %d, smallest count %d", s.Min(), m)
 		}
 	}
 	used := 0
@@ -46,12 +72,8 @@ func checkInvariants(t *testing.T, s *Summary) {
 	if used != s.size {
 		t.Fatalf("index holds %d keys, want %d", used, s.size)
 	}
-	for p := range s.size {
-		sl := s.hslot[p]
-		if int(s.pos[sl]) != p {
-			t.Fatalf("pos[%d] = %d, want %d", sl, s.pos[sl], p)
-		}
-		if got := s.find(s.key[sl]); got != int(sl) {
+	for sl := range s.size {
+		if got := s.find(s.key[sl]); got != sl {
 			t.Fatalf("find(%d) = %d, want %d", s.key[sl], got, sl)
 		}
 	}
