@@ -47,6 +47,15 @@ type Registers interface {
 	Write16(off uint64, v uint16) error
 }
 
+// BulkReader is a register block that can copy a run of 64-bit registers
+// in one call, as a mapped BAR can: Drain uses it for the hotlist ring
+// when the block offers it (one bounds check and no interface call per
+// entry), and Read64 per entry otherwise. Each register must still be
+// one 8-byte load. hmu/mmio implements it.
+type BulkReader interface {
+	ReadRange64(off uint64, dst []uint64) error
+}
+
 // Block-level register offsets.
 const (
 	RegCommonCap0 = 0x00 // [3:0] version, [15:8] number of instances
