@@ -21,8 +21,8 @@
 // backward-shift deletion (no tombstones, so it never degrades). A radix
 // heap fits because the minimum never falls between decays (counts only
 // grow, and a take-over starts at the minimum plus its weight): bucket b
-// holds the counters whose count first differs from the last minimum in
-// bit b−1, bucket 0 those equal to it. A hit that leaves its count's
+// holds the counters whose count's highest bit differing from the last
+// minimum is bit b−1, bucket 0 those equal to it. A hit that leaves its count's
 // bucket unchanged — a hot key far above the minimum, the common case —
 // moves nothing; a take-over pops bucket 0 in O(1) (in a long-tailed
 // stream most counters churn just above the minimum, and hundreds share
