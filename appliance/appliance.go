@@ -1,9 +1,10 @@
 // Package appliance assembles the daemon: it connects to the device (the
 // built-in virtual box or a real link), opens the SQLite ledger in the data
-// directory and runs the capacity Manager over them, then starts the rooms'
-// services around it (exports: rdma.Service; hot pages: hmu/telemetry;
-// board management) without holding their logic. cmd/cxlpoold is a thin
-// main around it; tests use it to run whole daemons.
+// directory and runs the capacity Manager over them, then starts the
+// rooms' services around it (exports: rdma.Service; hot pages:
+// hmu/telemetry), whose logic lives in those rooms, and board management
+// (board.go). cmd/cxlpoold is a thin main around it; tests use it to run
+// whole daemons.
 package appliance
 
 import (
