@@ -1,7 +1,10 @@
 // Package appliance assembles the daemon: it connects to the device (the
 // built-in virtual box or a real link), opens the SQLite ledger in the data
-// directory and runs the capacity Manager over them. cmd/cxlpoold is a thin
-// main around it; tests use it to run whole daemons.
+// directory and runs the capacity Manager over them, then starts the
+// rooms' services around it (exports: rdma.Service; hot pages:
+// hmu/telemetry), whose logic lives in those rooms, and board management
+// (board.go). cmd/cxlpoold is a thin main around it; tests use it to run
+// whole daemons.
 package appliance
 
 import (
@@ -67,7 +70,7 @@ type Config struct {
 	// Board configures board management (board.go).
 	Board BoardConfig
 	// CHMU locates a real device's hotness monitoring unit for telemetry
-	// (telemetry.go): PATH[@OFFSET] of its PCI BAR resource file, or
+	// (hmu/telemetry): PATH[@OFFSET] of its PCI BAR resource file, or
 	// pci:BDF. Empty with a real device: telemetry is off. The virtual
 	// box's CHMU is built in.
 	CHMU string
@@ -96,7 +99,7 @@ type Appliance struct {
 	ExportAddr net.Addr
 	// Board is board management: sensors, fans, PSUs, head power (board.go).
 	Board *Board
-	// Telemetry is the CHMU pipeline (telemetry.go); nil when the device
+	// Telemetry is the CHMU pipeline (hmu/telemetry, started in telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
 	check     *startCheck // consistency.go

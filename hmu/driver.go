@@ -452,18 +452,21 @@ func (in *Instance) Drain(dst []Record) ([]Record, DrainStatus, error) {
 	if c.UnitSize == 0 {
 		return dst, ds, fmt.Errorf("hmu: instance %d: CFG1 unit size field %#x: %w", in.idx, cfg1&0xffffffff, ErrDevice)
 	}
-	for i := head; i != tail; i = (i + 1) % size {
-		v, err := in.read(in.caps.HotlistOffset + uint64(i)*8)
-		if err != nil {
-			return dst, ds, fmt.Errorf("hmu: instance %d: read hotlist[%d]: %w", in.idx, i, err)
+	if bulk, ok := in.d.regs.(BulkReader); ok {
+		dst, err = in.drainBulk(bulk, dst, head, tail, st.CounterWidth, c, &ds)
+	} else {
+		for i := head; i != tail; i = (i + 1) % size {
+			var v uint64
+			if v, err = in.read(in.caps.HotlistOffset + uint64(i)*8); err != nil {
+				err = fmt.Errorf("hmu: instance %d: read hotlist[%d]: %w", in.idx, i, err)
+				break
+			}
+			dst = append(dst, entryRecord(v, st.CounterWidth, c))
+			ds.Entries++
 		}
-		e := DecodeEntry(v, st.CounterWidth)
-		r := Record{DPA: e.Unit * c.UnitSize, Count: e.Count}
-		if c.Mode == ModeAlwaysOn {
-			r.Count = 1
-		}
-		dst = append(dst, r)
-		ds.Entries++
+	}
+	if err != nil {
+		return dst, ds, err
 	}
 	if head != tail {
 		if err := in.d.regs.Write16(in.base+RegHead, tail); err != nil {
@@ -471,4 +474,37 @@ func (in *Instance) Drain(dst []Record) ([]Record, DrainStatus, error) {
 		}
 	}
 	return dst, ds, nil
+}
+
+// entryRecord decodes a raw hotlist entry under configuration c.
+func entryRecord(v uint64, width uint8, c Config) Record {
+	e := DecodeEntry(v, width)
+	r := Record{DPA: e.Unit * c.UnitSize, Count: e.Count}
+	if c.Mode == ModeAlwaysOn {
+		r.Count = 1
+	}
+	return r
+}
+
+// drainBulk copies the ring's entries head..tail (wrapping) in runs of up
+// to len(buf) registers and decodes them.
+func (in *Instance) drainBulk(bulk BulkReader, dst []Record, head, tail uint16, width uint8, c Config, ds *DrainStatus) ([]Record, error) {
+	var buf [256]uint64
+	size := in.caps.HotlistSize
+	for i := head; i != tail; {
+		end := tail
+		if tail < i {
+			end = size // up to the ring's end, then from 0
+		}
+		n := min(int(end-i), len(buf))
+		if err := bulk.ReadRange64(in.base+in.caps.HotlistOffset+uint64(i)*8, buf[:n]); err != nil {
+			return dst, fmt.Errorf("hmu: instance %d: read hotlist[%d:%d]: %w", in.idx, i, int(i)+n, err)
+		}
+		for _, v := range buf[:n] {
+			dst = append(dst, entryRecord(v, width, c))
+		}
+		ds.Entries += n
+		i = uint16((int(i) + n) % int(size))
+	}
+	return dst, nil
 }

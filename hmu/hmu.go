@@ -7,7 +7,8 @@
 //
 // The CHMU has no CCI command set: it is a host-MMIO register block, so the
 // driver only ever sees 8- and 2-byte register accesses. Everything above
-// the ring (top-K, heatmaps, hints) lives in hmu/topk and hmu/agg.
+// the ring (top-K, heatmaps, hints) lives in hmu/topk and hmu/agg, and the
+// pipeline that runs them for the daemon in hmu/telemetry.
 package hmu
 
 import (
@@ -44,6 +45,15 @@ type Registers interface {
 	Write64(off uint64, v uint64) error
 	Read16(off uint64) (uint16, error)
 	Write16(off uint64, v uint16) error
+}
+
+// BulkReader is a register block that can copy a run of 64-bit registers
+// in one call, as a mapped BAR can: Drain uses it for the hotlist ring
+// when the block offers it (one bounds check and no interface call per
+// entry), and Read64 per entry otherwise. Each register must still be
+// one 8-byte load. hmu/mmio implements it.
+type BulkReader interface {
+	ReadRange64(off uint64, dst []uint64) error
 }
 
 // Block-level register offsets.

@@ -421,6 +421,26 @@ func (c *Collector) top(scope, n int) []Hot {
 	return out
 }
 
+// HeatOf is the decayed access count of the units covering
+// [dpa, dpa+length), summed, from the pool's summary (every record is
+// counted there whoever holds the DPA); 0 where nothing is tracked. A
+// count is the Space-Saving estimate Top reports: never below the true
+// decayed count, above it by at most the unit's Err. It takes the lock
+// once and costs at most min(units in the range, PoolK) steps, so an
+// eviction policy may call it per block.
+func (c *Collector) HeatOf(dpa, length uint64) float64 {
+	if length == 0 {
+		return 0
+	}
+	end := dpa + length - 1
+	if end < dpa {
+		end = ^uint64(0) // the range runs past the top of the DPA space
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return float64(c.pool.SumRange(dpa>>c.unitShift, end>>c.unitShift))
+}
+
 // Heatmap is a snapshot of decayed access counts per cell.
 type Heatmap struct {
 	CellSize uint64

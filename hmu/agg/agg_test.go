@@ -343,3 +343,54 @@ func TestReport(t *testing.T) {
 		t.Errorf("scopes (-want +got):\n%s", diff)
 	}
 }
+
+// TestHeatOf: the heat of a range is the decayed counts of the units
+// covering it, summed, whoever holds them; 0 where nothing is tracked;
+// it decays with the collector; and it is safe beside ingestion.
+func TestHeatOf(t *testing.T) {
+	c, _ := newCollector(t, nil)
+	c.Ingest([]hmu.Record{
+		{DPA: 4096, Count: 500},
+		{DPA: 8192, Count: 300},
+		{DPA: 8 * block, Count: 100}, // shared
+		{DPA: 12 * block, Count: 50}, // nobody holds it: the pool still counts it
+	})
+	tests := []struct {
+		name        string
+		dpa, length uint64
+		want        float64
+	}{
+		{"one unit", 4096, 4096, 500},
+		{"a byte of a unit", 4096 + 17, 1, 500},
+		{"straddling two units", 8191, 2, 800},
+		{"a block of both", 0, 64 << 10, 800},
+		{"shared", 8 * block, 4096, 100},
+		{"held by nobody", 12 * block, block, 50},
+		{"untracked", 3 * block, block, 0},
+		{"empty", 4096, 0, 0},
+		{"the whole space", 0, ^uint64(0), 950},
+		{"past the top", ^uint64(0) - 4095, 1 << 20, 0},
+	}
+	for _, tt := range tests {
+		if got := c.HeatOf(tt.dpa, tt.length); got != tt.want {
+			t.Errorf("%s: HeatOf(%#x, %#x): got %v, want %v", tt.name, tt.dpa, tt.length, got, tt.want)
+		}
+	}
+	c.Decay()
+	if got, want := c.HeatOf(4096, 4096), 250.0; got != want {
+		t.Errorf("after a decay: got %v, want %v", got, want)
+	}
+
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for range 200 {
+			c.Ingest([]hmu.Record{{DPA: 4096, Count: 1}, {DPA: 16384, Count: 2}})
+		}
+	})
+	for range 200 {
+		if got := c.HeatOf(0, 1<<20); got < 250 {
+			t.Fatalf("heat while ingesting: got %v, want ≥ 250", got)
+		}
+	}
+	wg.Wait()
+}

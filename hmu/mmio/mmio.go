@@ -110,6 +110,27 @@ func (r *Regs) Write64(off, v uint64) error {
 	return nil
 }
 
+// ReadRange64 copies len(dst) consecutive 64-bit registers from off, each
+// one 8-byte load (hmu.BulkReader): the ring drain's path.
+func (r *Regs) ReadRange64(off uint64, dst []uint64) error {
+	n := uint64(len(dst)) * 8
+	if off%8 != 0 || off+n > uint64(len(r.mem)) || off+n < off {
+		return fmt.Errorf("mmio: %d-byte read at %#x of a %d-byte block: %w", n, off, len(r.mem), hmu.ErrRange)
+	}
+	if n == 0 {
+		return nil
+	}
+	p := unsafe.Pointer(&r.mem[off])
+	if uintptr(p)%8 != 0 {
+		return fmt.Errorf("mmio: block mapped at a misaligned address: %w", hmu.ErrRange)
+	}
+	src := unsafe.Slice((*uint64)(p), len(dst))
+	for i := range src {
+		dst[i] = atomic.LoadUint64(&src[i])
+	}
+	return nil
+}
+
 // Read16 is one 2-byte load. Go has no 16-bit atomics; the pointer load
 // compiles to a single 16-bit MOV, which is what an MMIO register needs.
 func (r *Regs) Read16(off uint64) (uint16, error) {

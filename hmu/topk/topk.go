@@ -15,12 +15,23 @@
 // same factor, which keeps the bounds for the decayed stream (up to one
 // unit of rounding per decay).
 //
-// The structure is sized once: a 4-ary min-heap of counts (the minimum is
-// at the root; a 4-ary heap halves the depth of a binary one and keeps the
-// four children in one cache line), per-slot key, error and heap position,
-// and an open-addressing index with linear probing and backward-shift
-// deletion (no tombstones, so it never degrades). Nothing grows with the
-// number of distinct keys: 40 bytes per counter plus a constant.
+// The structure is sized once: per slot a count, key, error and the links
+// of a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan 1990), which finds the
+// minimum; and an open-addressing index with linear probing and
+// backward-shift deletion (no tombstones, so it never degrades). A radix
+// heap fits because the minimum never falls between decays (counts only
+// grow, and a take-over starts at the minimum plus its weight): bucket b
+// holds the counters whose count's highest bit differing from the last
+// minimum is bit b−1, bucket 0 those equal to it. A hit that leaves its count's
+// bucket unchanged — a hot key far above the minimum, the common case —
+// moves nothing; a take-over pops bucket 0 in O(1) (in a long-tailed
+// stream most counters churn just above the minimum, and hundreds share
+// it); only when bucket 0 empties is the next bucket up split, each
+// counter moving down at most 64 times between its own updates. A binary
+// or 4-ary heap instead sifts the taken-over counter from the root to a
+// leaf on every miss. Any counter at the minimum may be taken over, so
+// the guarantees above hold unchanged. Nothing grows with the number of
+// distinct keys: 41 bytes per counter plus a constant.
 package topk
 
 import (
@@ -44,35 +55,53 @@ func (it Item) Guaranteed() uint64 { return it.Count - it.Err }
 // concurrent use.
 type Summary struct {
 	k    int
-	size int    // monitored keys
+	size int    // monitored keys (slots 0 … size−1)
 	n    uint64 // total weight
 
-	// Heap order, position 0 = minimum, children of p at 4p+1 … 4p+4.
-	hcnt  []uint64
-	hslot []uint32
 	// Per slot.
+	cnt []uint64
 	key []uint64
 	err []uint64
-	pos []uint32
+	// The radix heap: slot lists per bucket (next, prev; none ends them),
+	// each slot's bucket, and the buckets 1 … 64 that are not empty (bit
+	// b−1). While the summary fills, last is 0 and bucket 0 is empty; once
+	// it is full, bucket 0 is never empty and last is the minimum.
+	next, prev []uint32
+	bkt        []uint8
+	head       [65]uint32
+	nonEmpty   uint64
+	last       uint64
 	// Index: slot+1 per bucket, 0 = empty; len is a power of two ≥ 2k.
 	idx   []uint32
 	shift uint // 64 − log2(len(idx))
 }
 
+const none = ^uint32(0)
+
 // New returns a summary with k counters (k ≥ 1).
 func New(k int) *Summary {
 	k = max(k, 1)
 	nb := 1 << bits.Len(uint(2*k-1)) // power of two ≥ 2k: load ≤ 1/2
-	return &Summary{
+	s := &Summary{
 		k:     k,
-		hcnt:  make([]uint64, k),
-		hslot: make([]uint32, k),
+		cnt:   make([]uint64, k),
 		key:   make([]uint64, k),
 		err:   make([]uint64, k),
-		pos:   make([]uint32, k),
+		next:  make([]uint32, k),
+		prev:  make([]uint32, k),
+		bkt:   make([]uint8, k),
 		idx:   make([]uint32, nb),
 		shift: uint(64 - bits.TrailingZeros(uint(nb))),
 	}
+	s.clearHeap()
+	return s
+}
+
+func (s *Summary) clearHeap() {
+	for b := range s.head {
+		s.head[b] = none
+	}
+	s.nonEmpty = 0
 }
 
 // K is the number of counters.
@@ -90,13 +119,13 @@ func (s *Summary) Min() uint64 {
 	if s.size < s.k {
 		return 0
 	}
-	return s.hcnt[0]
+	return s.last
 }
 
 // Bytes is the memory the summary holds (slice capacities), constant for a
 // given k.
 func (s *Summary) Bytes() int {
-	return 8*cap(s.hcnt) + 4*cap(s.hslot) + 8*cap(s.key) + 8*cap(s.err) + 4*cap(s.pos) + 4*cap(s.idx)
+	return 8*(cap(s.cnt)+cap(s.key)+cap(s.err)) + 4*(cap(s.next)+cap(s.prev)) + cap(s.bkt) + 4*cap(s.idx) + 4*len(s.head)
 }
 
 // hash is a Fibonacci hash: the multiply spreads consecutive unit numbers
@@ -126,11 +155,11 @@ func (s *Summary) insertIndex(slot uint32) {
 	s.idx[b] = slot + 1
 }
 
-// removeIndex deletes key (known present) with backward-shift deletion.
-func (s *Summary) removeIndex(key uint64) {
+// removeIndex deletes slot (known present) with backward-shift deletion.
+func (s *Summary) removeIndex(slot uint32) {
 	mask := uint64(len(s.idx) - 1)
-	b := s.bucket(key)
-	for s.key[s.idx[b]-1] != key {
+	b := s.bucket(s.key[slot])
+	for s.idx[b] != slot+1 {
 		b = (b + 1) & mask
 	}
 	// Shift later members of the cluster back into the hole when their home
@@ -146,6 +175,77 @@ func (s *Summary) removeIndex(key uint64) {
 	s.idx[hole] = 0
 }
 
+// radix is the bucket of count c: 0 if it is the last minimum, else one
+// more than the highest bit in which they differ.
+func (s *Summary) radix(c uint64) uint8 { return uint8(bits.Len64(c ^ s.last)) }
+
+// link puts slot at the head of bucket b.
+func (s *Summary) link(slot uint32, b uint8) {
+	s.bkt[slot] = b
+	h := s.head[b]
+	s.next[slot], s.prev[slot] = h, none
+	if h != none {
+		s.prev[h] = slot
+	}
+	s.head[b] = slot
+	if b > 0 {
+		s.nonEmpty |= 1 << (b - 1)
+	}
+}
+
+// unlink takes slot out of its bucket.
+func (s *Summary) unlink(slot uint32) {
+	b := s.bkt[slot]
+	p, n := s.prev[slot], s.next[slot]
+	if p != none {
+		s.next[p] = n
+	} else {
+		s.head[b] = n
+		if n == none && b > 0 {
+			s.nonEmpty &^= 1 << (b - 1)
+		}
+	}
+	if n != none {
+		s.prev[n] = p
+	}
+}
+
+// settle restores bucket 0 of a full summary after it emptied: the lowest
+// non-empty bucket holds the new minimum; its counters move to the buckets
+// below, relative to it.
+func (s *Summary) settle() {
+	if s.head[0] != none || s.size < s.k || s.nonEmpty == 0 {
+		return
+	}
+	b := uint8(bits.TrailingZeros64(s.nonEmpty)) + 1
+	m := uint64(math.MaxUint64)
+	for sl := s.head[b]; sl != none; sl = s.next[sl] {
+		m = min(m, s.cnt[sl])
+	}
+	s.last = m
+	sl := s.head[b]
+	s.head[b] = none
+	s.nonEmpty &^= 1 << (b - 1)
+	for sl != none {
+		n := s.next[sl]
+		s.link(sl, s.radix(s.cnt[sl]))
+		sl = n
+	}
+}
+
+// rebuild relinks every counter after the counts changed together (a
+// decay): last becomes the minimum of a full summary, 0 otherwise.
+func (s *Summary) rebuild() {
+	s.clearHeap()
+	s.last = 0
+	if s.size == s.k {
+		s.last = slices.Min(s.cnt[:s.size])
+	}
+	for sl := range s.size {
+		s.link(uint32(sl), s.radix(s.cnt[sl]))
+	}
+}
+
 // Add adds weight w (≥ 1; 0 counts as 1) to key.
 func (s *Summary) Add(key uint64, w uint64) {
 	if w == 0 {
@@ -153,29 +253,36 @@ func (s *Summary) Add(key uint64, w uint64) {
 	}
 	s.n += w
 	if slot := s.find(key); slot >= 0 {
-		p := int(s.pos[slot])
-		s.hcnt[p] = sat(s.hcnt[p], w)
-		s.down(p)
+		sl := uint32(slot)
+		c := sat(s.cnt[sl], w)
+		s.cnt[sl] = c
+		if b := s.radix(c); b != s.bkt[sl] {
+			s.unlink(sl)
+			s.link(sl, b)
+			s.settle()
+		}
 		return
 	}
 	if s.size < s.k {
-		slot := uint32(s.size)
-		p := s.size
+		sl := uint32(s.size)
 		s.size++
-		s.key[slot], s.err[slot] = key, 0
-		s.hcnt[p], s.hslot[p], s.pos[slot] = w, slot, uint32(p)
-		s.insertIndex(slot)
-		s.up(p)
+		s.key[sl], s.err[sl], s.cnt[sl] = key, 0, w
+		s.insertIndex(sl)
+		s.link(sl, s.radix(w))
+		s.settle() // the summary just filled: find its minimum
 		return
 	}
-	// Take over the minimum counter.
-	slot := s.hslot[0]
-	m := s.hcnt[0]
-	s.removeIndex(s.key[slot])
-	s.key[slot], s.err[slot] = key, m
-	s.insertIndex(slot)
-	s.hcnt[0] = sat(m, w)
-	s.down(0)
+	// Take over a counter at the minimum.
+	sl := s.head[0]
+	m := s.last
+	s.removeIndex(sl)
+	s.key[sl], s.err[sl] = key, m
+	s.insertIndex(sl)
+	c := sat(m, w)
+	s.cnt[sl] = c
+	s.unlink(sl)
+	s.link(sl, s.radix(c))
+	s.settle()
 }
 
 func sat(a, b uint64) uint64 {
@@ -185,78 +292,48 @@ func sat(a, b uint64) uint64 {
 	return math.MaxUint64
 }
 
-// down restores the heap below p after its count grew.
-func (s *Summary) down(p int) {
-	c, sl := s.hcnt[p], s.hslot[p]
-	n := s.size
-	for {
-		first := 4*p + 1
-		if first >= n {
-			break
-		}
-		mi, mv := first, s.hcnt[first]
-		if first+3 < n {
-			// Unrolled four-way minimum: the common, full case.
-			ch := s.hcnt[first : first+4 : first+4]
-			if ch[1] < mv {
-				mi, mv = first+1, ch[1]
-			}
-			if ch[2] < mv {
-				mi, mv = first+2, ch[2]
-			}
-			if ch[3] < mv {
-				mi, mv = first+3, ch[3]
-			}
-		} else {
-			for j := first + 1; j < n; j++ {
-				if s.hcnt[j] < mv {
-					mi, mv = j, s.hcnt[j]
-				}
-			}
-		}
-		if mv >= c {
-			break
-		}
-		s.hcnt[p], s.hslot[p] = mv, s.hslot[mi]
-		s.pos[s.hslot[mi]] = uint32(p)
-		p = mi
-	}
-	s.hcnt[p], s.hslot[p] = c, sl
-	s.pos[sl] = uint32(p)
-}
-
-// up restores the heap above p after an insertion at p.
-func (s *Summary) up(p int) {
-	c, sl := s.hcnt[p], s.hslot[p]
-	for p > 0 {
-		parent := (p - 1) / 4
-		if s.hcnt[parent] <= c {
-			break
-		}
-		s.hcnt[p], s.hslot[p] = s.hcnt[parent], s.hslot[parent]
-		s.pos[s.hslot[p]] = uint32(p)
-		p = parent
-	}
-	s.hcnt[p], s.hslot[p] = c, sl
-	s.pos[sl] = uint32(p)
-}
-
 // Get returns the monitored key's item.
 func (s *Summary) Get(key uint64) (Item, bool) {
 	slot := s.find(key)
 	if slot < 0 {
 		return Item{}, false
 	}
-	return Item{Key: key, Count: s.hcnt[s.pos[slot]], Err: s.err[slot]}, true
+	return Item{Key: key, Count: s.cnt[slot], Err: s.err[slot]}, true
+}
+
+// SumRange is the sum of the counts of the monitored keys in [lo, hi]
+// (inclusive, so a range may end at the largest key). A short range
+// probes the index key by key; a long one scans the counters once, so
+// the cost is at most min(hi−lo+1, Len) steps.
+func (s *Summary) SumRange(lo, hi uint64) uint64 {
+	if hi < lo || s.size == 0 {
+		return 0
+	}
+	var sum uint64
+	if hi-lo < uint64(s.size)/4 {
+		for k := lo; ; k++ {
+			if slot := s.find(k); slot >= 0 {
+				sum = sat(sum, s.cnt[slot])
+			}
+			if k == hi {
+				return sum
+			}
+		}
+	}
+	for sl := range s.size {
+		if k := s.key[sl]; k >= lo && k <= hi {
+			sum = sat(sum, s.cnt[sl])
+		}
+	}
+	return sum
 }
 
 // Top appends the n heaviest monitored keys to dst, by Count then by
 // guaranteed weight, both descending; ties by key.
 func (s *Summary) Top(dst []Item, n int) []Item {
 	all := make([]Item, 0, s.size)
-	for p := range s.size {
-		sl := s.hslot[p]
-		all = append(all, Item{Key: s.key[sl], Count: s.hcnt[p], Err: s.err[sl]})
+	for sl := range s.size {
+		all = append(all, Item{Key: s.key[sl], Count: s.cnt[sl], Err: s.err[sl]})
 	}
 	slices.SortFunc(all, func(a, b Item) int {
 		if r := cmp.Compare(b.Count, a.Count); r != 0 {
@@ -271,25 +348,26 @@ func (s *Summary) Top(dst []Item, n int) []Item {
 }
 
 // Decay multiplies every count, error and N by f (0 ≤ f ≤ 1), rounding
-// down. Scaling by a common factor keeps the heap order, so it is one
-// pass with no reordering; counters that reach zero stay monitored until
-// a new key takes them over.
+// down, and relinks the radix heap around the new minimum: one pass each,
+// once an epoch. Counters that reach zero stay monitored until a new key
+// takes them over.
 func (s *Summary) Decay(f float64) {
 	if f >= 1 {
 		return
 	}
 	f = max(f, 0)
 	sc := func(v uint64) uint64 { return uint64(float64(v) * f) }
-	for p := range s.size {
-		s.hcnt[p] = sc(s.hcnt[p])
-		sl := s.hslot[p]
-		s.err[sl] = min(sc(s.err[sl]), s.hcnt[p])
+	for sl := range s.size {
+		s.cnt[sl] = sc(s.cnt[sl])
+		s.err[sl] = min(sc(s.err[sl]), s.cnt[sl])
 	}
 	s.n = sc(s.n)
+	s.rebuild()
 }
 
 // Reset forgets everything.
 func (s *Summary) Reset() {
-	s.size, s.n = 0, 0
+	s.size, s.n, s.last = 0, 0, 0
 	clear(s.idx)
+	s.clearHeap()
 }

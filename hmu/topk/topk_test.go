@@ -29,12 +29,38 @@ func scatter(rank, units uint64) uint64 { return rank * 0x9e3779b97f4a7c15 & (un
 
 func one(*rand.Rand) uint64 { return 1 }
 
-// checkInvariants verifies the heap, the index and the slot bookkeeping.
+// checkInvariants verifies the radix heap, the index and the slot
+// bookkeeping.
 func checkInvariants(t *testing.T, s *Summary) {
 	t.Helper()
-	for p := 1; p < s.size; p++ {
-		if parent := (p - 1) / 4; s.hcnt[parent] > s.hcnt[p] {
-			t.Fatalf("heap: count[%d]=%d > count[%d]=%d", parent, s.hcnt[parent], p, s.hcnt[p])
+	seen := 0
+	for b, h := range s.head {
+		if b > 0 && (h != none) != (s.nonEmpty>>(b-1)&1 == 1) {
+			t.Fatalf("bucket %d: head %d, non-empty bit %v", b, h, s.nonEmpty>>(b-1)&1 == 1)
+		}
+		prev := none
+		for sl := h; sl != none; sl = s.next[sl] {
+			if seen++; seen > s.size {
+				t.Fatalf("bucket lists hold more than the %d slots", s.size)
+			}
+			if int(sl) >= s.size || s.bkt[sl] != uint8(b) || s.prev[sl] != prev {
+				t.Fatalf("slot %d in bucket %d: bkt %d, prev %d (want %d), size %d", sl, b, s.bkt[sl], s.prev[sl], prev, s.size)
+			}
+			if got := s.radix(s.cnt[sl]); got != uint8(b) || s.cnt[sl] < s.last {
+				t.Fatalf("slot %d: count %d with last %d belongs in bucket %d, is in %d", sl, s.cnt[sl], s.last, got, b)
+			}
+			prev = sl
+		}
+	}
+	if seen != s.size {
+		t.Fatalf("bucket lists hold %d slots, want %d", seen, s.size)
+	}
+	if s.size == s.k && s.size > 0 {
+		if s.head[0] == none {
+			t.Fatal("a full summary with bucket 0 empty")
+		}
+		if m := slices.Min(s.cnt[:s.size]); m != s.Min() {
+			t.Fatalf("Min %d, smallest count %d", s.Min(), m)
 		}
 	}
 	used := 0
@@ -46,12 +72,8 @@ func checkInvariants(t *testing.T, s *Summary) {
 	if used != s.size {
 		t.Fatalf("index holds %d keys, want %d", used, s.size)
 	}
-	for p := range s.size {
-		sl := s.hslot[p]
-		if int(s.pos[sl]) != p {
-			t.Fatalf("pos[%d] = %d, want %d", sl, s.pos[sl], p)
-		}
-		if got := s.find(s.key[sl]); got != int(sl) {
+	for sl := range s.size {
+		if got := s.find(s.key[sl]); got != sl {
 			t.Fatalf("find(%d) = %d, want %d", s.key[sl], got, sl)
 		}
 	}
@@ -248,4 +270,37 @@ func TestPrecisionSmall(t *testing.T) {
 		t.Errorf("precision@%d: got %.4f, want ≥ 0.99", top, p)
 	}
 	t.Logf("precision@%d = %.4f, Min = %d = %.2f·N/k", top, p, s.Min(), float64(s.Min())*k/n)
+}
+
+// TestSumRange: the sum over a key range equals a brute-force sum over
+// the monitored items, whether the range is probed key by key (short) or
+// the counters are scanned (long), at the edges of the key space too.
+func TestSumRange(t *testing.T) {
+	s := New(64)
+	for _, kw := range zipfStream(3, 1.2, 1<<10, 5000, one) {
+		s.Add(kw.key, kw.w)
+	}
+	s.Add(^uint64(0), 7)
+	s.Add(0, 3)
+	brute := func(lo, hi uint64) uint64 {
+		var sum uint64
+		for _, it := range s.Top(nil, s.Len()) {
+			if it.Key >= lo && it.Key <= hi {
+				sum += it.Count
+			}
+		}
+		return sum
+	}
+	tests := []struct{ lo, hi uint64 }{
+		{0, 0}, {0, 3}, {5, 9}, {100, 200}, {0, 1 << 10}, {0, ^uint64(0)},
+		{^uint64(0) - 2, ^uint64(0)}, {^uint64(0), ^uint64(0)}, {9, 5},
+	}
+	for _, tt := range tests {
+		if got, want := s.SumRange(tt.lo, tt.hi), brute(tt.lo, tt.hi); got != want {
+			t.Errorf("SumRange(%d, %d): got %d, want %d", tt.lo, tt.hi, got, want)
+		}
+	}
+	if got := New(8).SumRange(0, 10); got != 0 {
+		t.Errorf("empty summary: got %d, want 0", got)
+	}
 }

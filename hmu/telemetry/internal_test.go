@@ -1,4 +1,4 @@
-package appliance
+package telemetry
 
 import (
 	"strconv"

@@ -1,0 +1,118 @@
+package telemetry
+
+import (
+	"context"
+	"time"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric/cci"
+	"cxlpool/hmu/agg"
+	"cxlpool/sim"
+)
+
+// followGrants rebuilds the layout on every capacity change, and every
+// 10 s in case a burst of changes overflowed the subscription.
+func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
+	backstop := time.NewTicker(10 * time.Second)
+	defer backstop.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case _, ok := <-changes:
+			if !ok {
+				return
+			}
+			for drained := false; !drained; { // one rebuild for a burst
+				select {
+				case <-changes:
+				default:
+					drained = true
+				}
+			}
+		case <-backstop.C:
+		}
+		if err := t.rebuildLayout(ctx); err != nil && ctx.Err() == nil {
+			t.log.Warn("telemetry: rebuilding the host layout", "err", err)
+		}
+	}
+}
+
+// rebuildLayout maps DPA to hosts from the ledger's active grants and, on
+// the virtual box, starts or stops the hosts' workloads to match.
+func (t *Service) rebuildLayout(ctx context.Context) error {
+	grants, err := t.mgr.Ledger().Grants(ctx, dcd.GrantFilter{Active: true})
+	if err != nil {
+		return err
+	}
+	l := agg.LayoutFromGrants(grants)
+	t.layout.Store(l)
+	t.syncWorkloads(l)
+	return nil
+}
+
+// syncWorkloads runs the configured workload on every host that holds
+// capacity and stops it on hosts that hold none.
+func (t *Service) syncWorkloads(l *agg.Layout) {
+	if t.box == nil || t.workld == SimWorkloadNone {
+		return
+	}
+	t.workMu.Lock()
+	defer t.workMu.Unlock()
+	want := map[int]sim.WorkloadKind{}
+	shared := l.Extents(agg.Shared)
+	for _, h := range l.Hosts() {
+		kind := sim.WorkloadKind(t.workld)
+		if t.workld == SimWorkloadMixed {
+			switch {
+			case overlapsAny(l.Extents(h), shared):
+				kind = sim.WorkloadKVCache
+			case h%2 == 0:
+				kind = sim.WorkloadZipf
+			default:
+				kind = sim.WorkloadHotSet
+			}
+		}
+		want[h] = kind
+	}
+	for h, k := range want {
+		if t.started[h] == k {
+			continue
+		}
+		if err := t.box.StartWorkload(h, k, sim.WorkloadParams{}); err != nil {
+			t.log.Warn("telemetry: starting a sim workload", "host", h, "err", err)
+			continue
+		}
+		t.started[h] = k
+	}
+	for h := range t.started {
+		if _, ok := want[h]; !ok {
+			t.box.StopWorkload(h)
+			delete(t.started, h)
+		}
+	}
+}
+
+// stopWorkloads stops every workload the service started.
+func (t *Service) stopWorkloads() {
+	if t.box == nil {
+		return
+	}
+	t.workMu.Lock()
+	defer t.workMu.Unlock()
+	for h := range t.started {
+		t.box.StopWorkload(h)
+	}
+	clear(t.started)
+}
+
+func overlapsAny(a, b []cci.Extent) bool {
+	for _, x := range a {
+		for _, y := range b {
+			if x.DPA < y.End() && y.DPA < x.End() {
+				return true
+			}
+		}
+	}
+	return false
+}
