@@ -19,16 +19,21 @@ func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 		select {
 		case <-ctx.Done():
 			return
-		case _, ok := <-changes:
+		case c, ok := <-changes:
 			if !ok {
 				return
 			}
+			relevant := layoutChange(c)
 			for drained := false; !drained; { // one rebuild for a burst
 				select {
-				case <-changes:
+				case c := <-changes:
+					relevant = relevant || layoutChange(c)
 				default:
 					drained = true
 				}
+			}
+			if !relevant {
+				continue
 			}
 		case <-backstop.C:
 		}
@@ -36,6 +41,16 @@ func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 			t.log.Warn("telemetry: rebuilding the host layout", "err", err)
 		}
 	}
+}
+
+// layoutChange reports whether c may change which host holds which DPA:
+// a reservation, a deletion, an intent to add and an intent to release
+// move no extents, and rebuilding reads every active grant.
+func layoutChange(c dcd.Change) bool {
+	if c.Kind == dcd.ChangeChunk {
+		return false
+	}
+	return c.Grant == nil || (c.Grant.State != dcd.GrantAdding && c.Grant.State != dcd.GrantReleasing)
 }
 
 // rebuildLayout maps DPA to hosts from the ledger's active grants and, on
