@@ -102,6 +102,7 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (hmu/telemetry, started in telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
+	kvHeat    kvHeat      // the KV store's eviction reads Telemetry's heat through it
 	check     *startCheck // consistency.go
 	closers   []func() error
 

@@ -6,18 +6,37 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"cxlpool/kv"
+	"cxlpool/kv/evict"
 )
 
 // KVDir is the KV index's directory inside the data directory.
 const KVDir = "kv"
 
-// openKV opens the KV-cache store's index over the capacity Manager.
+// kvHeat is the CHMU's heat for the KV store's eviction: the telemetry
+// pipeline starts after the index opens (and not at all on a device
+// without a CHMU, where eviction is then plain recency).
+type kvHeat struct{ t atomic.Pointer[Telemetry] }
+
+func (h *kvHeat) HeatOf(dpa, length uint64) float64 {
+	if t := h.t.Load(); t != nil {
+		return t.HeatOf(dpa, length)
+	}
+	return 0
+}
+
+// openKV opens the KV-cache store's index over the capacity Manager;
+// each namespace evicts by recency combined with the CHMU's hot-page
+// counts for its blocks' device addresses (kv/evict.Hot).
 func (a *Appliance) openKV() error {
+	newEvictor := func(string) kv.Evictor {
+		return kv.Adapt[evict.Range](evict.NewHot(&a.kvHeat, a.cfg.Clock))
+	}
 	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"),
-		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock}})
+		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock, NewEvictor: newEvictor}})
 	if err != nil {
 		return fmt.Errorf("appliance: %w", err)
 	}
@@ -29,6 +48,9 @@ func (a *Appliance) openKV() error {
 // startKV frees namespace chunks a crash left outside the index, starts
 // the lease reaper and the protocol servers (KVListen, KVSocket).
 func (a *Appliance) startKV(ctx context.Context) error {
+	if a.Telemetry != nil {
+		a.kvHeat.t.Store(a.Telemetry)
+	}
 	if err := a.KV.Sweep(ctx); err != nil {
 		a.cfg.Logger.Warn("kv: sweep of stray namespace chunks", "err", err)
 	}
