@@ -1,0 +1,194 @@
+package nats
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// DefaultListen is the embedded server's client address: loopback only,
+// so a single box's plane is reachable from nothing but itself.
+const DefaultListen = "127.0.0.1:4222"
+
+// EmbeddedConfig configures the NATS server a box runs in its daemon.
+type EmbeddedConfig struct {
+	// Dir holds JetStream's files (created 0700), on the data partition
+	// so the stream and the bucket survive a restart.
+	Dir string
+	// Listen is the client address; empty: DefaultListen. Port 0 picks a
+	// free one (Embedded.URL says which).
+	Listen string
+	// Name is the server's name in a cluster (the box id).
+	Name string
+	// PasswordFile holds the password clients must give (user "cxlpool");
+	// it is generated, mode 0600, on first start. The server accepts no
+	// anonymous client even on loopback: other local accounts of the box
+	// must not write the fleet's records.
+	PasswordFile string
+	// ClusterListen, when set, lets boxes form a NATS cluster among
+	// themselves: the route address others dial (nats-route://), with
+	// Routes the peers to dial. Routes authenticate with ClusterSecret.
+	ClusterListen string
+	Routes        []string
+	ClusterSecret string
+	Logger        *slog.Logger
+	// MaxMemory and MaxStore bound JetStream (bytes); 0: 8 MiB and 1 GiB,
+	// so that the embedded server fits an idle box's memory budget.
+	MaxMemory, MaxStore int64
+}
+
+// Embedded is a running embedded server.
+type Embedded struct {
+	srv      *server.Server
+	URL      string
+	User     string
+	Password string
+}
+
+// EmbeddedUser is the account the daemon's own client uses.
+const EmbeddedUser = "cxlpool"
+
+// StartEmbedded starts the server and waits until it takes connections.
+func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if cfg.Dir == "" || cfg.PasswordFile == "" {
+		return nil, errors.New("fleet/nats: the embedded server needs a directory and a password file")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = DefaultListen
+	}
+	if cfg.MaxMemory == 0 {
+		cfg.MaxMemory = 8 << 20
+	}
+	if cfg.MaxStore == 0 {
+		cfg.MaxStore = 1 << 30
+	}
+	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("fleet/nats: %w", err)
+	}
+	pw, err := loadOrCreateSecret(cfg.PasswordFile)
+	if err != nil {
+		return nil, err
+	}
+	host, port, err := hostPort(cfg.Listen)
+	if err != nil {
+		return nil, fmt.Errorf("fleet/nats: listen %q: %w", cfg.Listen, err)
+	}
+	name := cfg.Name
+	if name == "" {
+		name = "cxlpool"
+	}
+	opts := &server.Options{
+		ServerName: name, Host: host, Port: port,
+		JetStream: true, StoreDir: cfg.Dir, JetStreamMaxMemory: cfg.MaxMemory, JetStreamMaxStore: cfg.MaxStore,
+		Username: EmbeddedUser, Password: pw,
+		NoSigs: true, MaxPayload: 1 << 20,
+		// No HTTP monitoring port, no system account exports beyond the defaults.
+		HTTPPort: 0,
+	}
+	if cfg.ClusterListen != "" {
+		if cfg.ClusterSecret == "" {
+			return nil, errors.New("fleet/nats: a cluster among boxes needs a shared secret (routes are never anonymous)")
+		}
+		ch, cp, err := hostPort(cfg.ClusterListen)
+		if err != nil {
+			return nil, fmt.Errorf("fleet/nats: cluster listen %q: %w", cfg.ClusterListen, err)
+		}
+		opts.Cluster = server.ClusterOpts{Name: "cxlpool", Host: ch, Port: cp, Username: EmbeddedUser, Password: cfg.ClusterSecret}
+		for _, r := range cfg.Routes {
+			u, err := url.Parse(r)
+			if err != nil || u.Scheme != "nats-route" {
+				return nil, fmt.Errorf("fleet/nats: route %q: want nats-route://HOST:PORT", r)
+			}
+			u.User = url.UserPassword(EmbeddedUser, cfg.ClusterSecret)
+			opts.Routes = append(opts.Routes, u)
+		}
+	}
+	srv, err := server.NewServer(opts)
+	if err != nil {
+		return nil, fmt.Errorf("fleet/nats: embedded server: %w", err)
+	}
+	srv.SetLoggerV2(slogAdapter{cfg.Logger}, false, false, false)
+	go srv.Start()
+	if !srv.ReadyForConnections(30 * time.Second) {
+		srv.Shutdown()
+		return nil, fmt.Errorf("fleet/nats: embedded server on %s did not start (is the port taken?)", cfg.Listen)
+	}
+	return &Embedded{srv: srv, URL: srv.ClientURL(), User: EmbeddedUser, Password: pw}, nil
+}
+
+// Close stops the server.
+func (e *Embedded) Close() error {
+	e.srv.Shutdown()
+	e.srv.WaitForShutdown()
+	return nil
+}
+
+// hostPort splits a listen address; port 0 becomes NATS's random port.
+func hostPort(addr string) (string, int, error) {
+	h, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n < 0 || n > 65535 {
+		return "", 0, fmt.Errorf("bad port %q", p)
+	}
+	if n == 0 {
+		n = server.RANDOM_PORT
+	}
+	return h, n, nil
+}
+
+// loadOrCreateSecret reads the password file or creates it with 32
+// random bytes (hex), mode 0600.
+func loadOrCreateSecret(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err == nil {
+		if s := strings.TrimSpace(string(b)); s != "" {
+			return s, nil
+		}
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("fleet/nats: %w", err)
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", fmt.Errorf("fleet/nats: %w", err)
+	}
+	s := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", fmt.Errorf("fleet/nats: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, []byte(s+"\n"), 0o600); err != nil {
+		return "", fmt.Errorf("fleet/nats: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return "", fmt.Errorf("fleet/nats: %w", err)
+	}
+	return s, nil
+}
+
+// slogAdapter routes the server's log lines to slog (notices at debug:
+// the server is chatty at start; warnings and errors as they are).
+type slogAdapter struct{ log *slog.Logger }
+
+func (a slogAdapter) Noticef(f string, v ...any) { a.log.Debug(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Warnf(f string, v ...any)   { a.log.Warn(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Fatalf(f string, v ...any)  { a.log.Error(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Errorf(f string, v ...any)  { a.log.Error(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Debugf(f string, v ...any)  {}
+func (a slogAdapter) Tracef(f string, v ...any)  {}
