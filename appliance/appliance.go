@@ -76,6 +76,8 @@ type Config struct {
 	SimWorkload string
 	// Telemetry tunes the telemetry pipeline.
 	Telemetry TelemetryConfig
+	// Fleet joins the fleet plane (fleet.go); off in the zero Config.
+	Fleet FleetConfig
 }
 
 // Appliance is a running daemon's parts.
@@ -95,8 +97,10 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
-	check     *startCheck // consistency.go
-	closers   []func() error
+	// Fleet is the fleet plane once started (fleet.go); nil when off.
+	Fleet   *Fleet
+	check   *startCheck // consistency.go
+	closers []func() error
 }
 
 // Open connects to the device and opens the ledger. On error nothing is
@@ -297,8 +301,14 @@ func (a *Appliance) openExports() error {
 }
 
 // Start discovers the device, reconciles the ledger with it, starts
-// following device events until ctx ends and opens the export server.
-func (a *Appliance) Start(ctx context.Context) error {
+// following device events until ctx ends, opens the export server and
+// joins the fleet plane.
+func (a *Appliance) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err == nil {
+			err = a.startFleet(ctx) // fleet.go: last, the record names the export server
+		}
+	}()
 	// The board controller is discovered while the Manager discovers the
 	// device: both are round trips on the one device link, which carries
 	// them side by side (each is a tenth of a second of the box's boot

@@ -44,6 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	external := sim.ExternalHosts{}
 	fs.Var(&external, "external-host", "virtual box: hand head LD to an external host process (cxlhost): LD=unix:PATH; repeatable or comma separated")
 	simWorkload := fs.String("sim-workload", appliance.SimWorkloadMixed, "virtual box: the workload hosts run once they hold capacity: none, mixed, zipf, hotset or kvcache")
+	fleetFlags := addFleetFlags(fs) // fleet.go
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -73,6 +74,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	scheme := "https"
+	if *plainHTTP {
+		scheme = "http"
+	}
+	fleetCfg, err := fleetFlags.config(scheme + "://" + *listen + "/redfish/v1")
+	if err != nil {
+		return err
+	}
+
 	scfg.Heads = *simHeads
 	scfg.Capacity, scfg.BlockSize = uint64(simCap), uint64(simBlock)
 
@@ -87,7 +97,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
 		ExportListen: *exportListen, DAXPath: *daxPath,
-		CHMU: *chmuLoc, SimWorkload: workload,
+		CHMU: *chmuLoc, SimWorkload: workload, Fleet: fleetCfg,
 	})
 	if err != nil {
 		return err
@@ -119,6 +129,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	started := startAsync(ctx, app)
 	// Start returns before the deferred Close.
 	defer started()
+	var fev fleetEvents
 	var tel api.Telemetry // a nil *appliance.Telemetry must stay a nil interface
 	var exportAddr net.Addr
 	if !overlap {
@@ -126,6 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		st.phase("discovery") // the device, reconcile, the board controller, telemetry
+		fev.started(app)
 		if app.Telemetry != nil {
 			tel = app.Telemetry
 		}
@@ -140,6 +152,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LocalCXL:  localCXL(), // image.go
 		// The check after reconcile; violations become an event.
 		StartCheck: app.StartCheck,
+		OnEvent:    fev.publish, // fleet.go
 	}
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot
@@ -158,6 +171,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		st.phase("discovery") // what is left of it
+		fev.started(app)
 	}
 	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
 		fmt.Fprintln(stdout, "cxlpoold:", l)
@@ -165,9 +179,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if exportAddr != nil {
 		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", exportAddr)
 	}
-	scheme := "https"
-	if *plainHTTP {
-		scheme = "http"
+	if app.Fleet != nil {
+		fmt.Fprintf(stdout, "cxlpoold: fleet plane: box %s on NATS %s\n", app.Fleet.Service.Box(), app.Fleet.URLs())
 	}
 	if app.Telemetry != nil {
 		fmt.Fprintf(stdout, "cxlpoold: telemetry at %s://%s/redfish/v1/TelemetryService, frame stream ws%s://%s%s (sim workload: %s)\n",

@@ -52,7 +52,7 @@ func startDaemon(t *testing.T, data string) (addr string, out *syncBuffer, stop 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--data", data, "--listen", addr, "--http", "--sim-capacity", "16GiB", "--log-level", "error"}, out, io.Discard)
+		done <- run(ctx, []string{"--data", data, "--listen", addr, "--http", "--fleet-client-listen", "127.0.0.1:0", "--sim-capacity", "16GiB", "--log-level", "error"}, out, io.Discard)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "Redfish API at") {
@@ -142,7 +142,7 @@ func TestRunExternalHost(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--data", filepath.Join(dir, "var"), "--listen", freeAddr(t), "--http", "--sim-capacity", "16GiB",
+		done <- run(ctx, []string{"--data", filepath.Join(dir, "var"), "--listen", freeAddr(t), "--http", "--fleet-client-listen", "127.0.0.1:0", "--sim-capacity", "16GiB",
 			"--sim-workload", "none", "--external-host", "2=unix:" + sock, "--log-level", "error"}, out, io.Discard)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
