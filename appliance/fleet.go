@@ -59,7 +59,7 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 		TTL: fc.TTL, Replicas: fc.Replicas, Logger: log}
 	if len(fc.URLs) == 0 {
 		ecfg := fleetnats.EmbeddedConfig{Dir: filepath.Join(a.cfg.DataDir, "fleet"), Listen: fc.Listen, Name: string(box),
-			PasswordFile: filepath.Join(a.cfg.DataDir, "fleet-password"),
+			PasswordFile:  filepath.Join(a.cfg.DataDir, "fleet-password"),
 			ClusterListen: fc.ClusterListen, Routes: fc.Routes, Logger: log}
 		if fc.ClusterListen != "" {
 			if fc.ClusterSecretFile == "" {

@@ -34,7 +34,7 @@ type RouterEvent struct {
 	WorkerID int64 `json:"worker_id"`
 	// StorageTier is where the blocks live: "external" (pool memory
 	// outside the GPU and its host).
-	StorageTier string        `json:"storage_tier"`
+	StorageTier string       `json:"storage_tier"`
 	Event       KVCacheEvent `json:"event"`
 }
 

@@ -242,4 +242,3 @@ func TestFleetDaemons(t *testing.T) {
 		t.Errorf("killed box took %v to disappear, want within the TTL plus the server's expiry sweep (%v)", gone, 3*ttl)
 	}
 }
-

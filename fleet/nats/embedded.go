@@ -186,9 +186,15 @@ func loadOrCreateSecret(path string) (string, error) {
 // the server is chatty at start; warnings and errors as they are).
 type slogAdapter struct{ log *slog.Logger }
 
-func (a slogAdapter) Noticef(f string, v ...any) { a.log.Debug(fmt.Sprintf(f, v...), "component", "nats") }
-func (a slogAdapter) Warnf(f string, v ...any)   { a.log.Warn(fmt.Sprintf(f, v...), "component", "nats") }
-func (a slogAdapter) Fatalf(f string, v ...any)  { a.log.Error(fmt.Sprintf(f, v...), "component", "nats") }
-func (a slogAdapter) Errorf(f string, v ...any)  { a.log.Error(fmt.Sprintf(f, v...), "component", "nats") }
-func (a slogAdapter) Debugf(f string, v ...any)  {}
-func (a slogAdapter) Tracef(f string, v ...any)  {}
+func (a slogAdapter) Noticef(f string, v ...any) {
+	a.log.Debug(fmt.Sprintf(f, v...), "component", "nats")
+}
+func (a slogAdapter) Warnf(f string, v ...any) { a.log.Warn(fmt.Sprintf(f, v...), "component", "nats") }
+func (a slogAdapter) Fatalf(f string, v ...any) {
+	a.log.Error(fmt.Sprintf(f, v...), "component", "nats")
+}
+func (a slogAdapter) Errorf(f string, v ...any) {
+	a.log.Error(fmt.Sprintf(f, v...), "component", "nats")
+}
+func (a slogAdapter) Debugf(f string, v ...any) {}
+func (a slogAdapter) Tracef(f string, v ...any) {}
