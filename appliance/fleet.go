@@ -36,6 +36,10 @@ type FleetConfig struct {
 	Replicas int
 }
 
+// FleetCredsFile, in the data directory, holds the embedded server's
+// credentials (USER:PASSWORD, mode 0600): poolctl fleet --creds reads it.
+const FleetCredsFile = "fleet.creds"
+
 // Fleet is the running plane: the connection, the publisher, and the
 // embedded server when the box runs one.
 type Fleet struct {
@@ -59,7 +63,7 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 		TTL: fc.TTL, Replicas: fc.Replicas, Logger: log}
 	if len(fc.URLs) == 0 {
 		ecfg := fleetnats.EmbeddedConfig{Dir: filepath.Join(a.cfg.DataDir, "fleet"), Listen: fc.Listen, Name: string(box),
-			PasswordFile:  filepath.Join(a.cfg.DataDir, "fleet-password"),
+			CredsFile:     filepath.Join(a.cfg.DataDir, FleetCredsFile),
 			ClusterListen: fc.ClusterListen, Routes: fc.Routes, Logger: log}
 		if fc.ClusterListen != "" {
 			if fc.ClusterSecretFile == "" {

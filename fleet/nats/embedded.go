@@ -31,11 +31,12 @@ type EmbeddedConfig struct {
 	Listen string
 	// Name is the server's name in a cluster (the box id).
 	Name string
-	// PasswordFile holds the password clients must give (user "cxlpool");
-	// it is generated, mode 0600, on first start. The server accepts no
-	// anonymous client even on loopback: other local accounts of the box
-	// must not write the fleet's records.
-	PasswordFile string
+	// CredsFile holds the credentials clients must give, one line
+	// cxlpool:PASSWORD (the USER:PASSWORD form Config.CredsFile reads, so
+	// poolctl fleet --creds takes it); generated, mode 0600, on first
+	// start. The server accepts no anonymous client even on loopback:
+	// other local accounts of the box must not write the fleet's records.
+	CredsFile string
 	// ClusterListen, when set, lets boxes form a NATS cluster among
 	// themselves: the route address others dial (nats-route://), with
 	// Routes the peers to dial. Routes authenticate with ClusterSecret.
@@ -61,8 +62,8 @@ const EmbeddedUser = "cxlpool"
 
 // StartEmbedded starts the server and waits until it takes connections.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
-	if cfg.Dir == "" || cfg.PasswordFile == "" {
-		return nil, errors.New("fleet/nats: the embedded server needs a directory and a password file")
+	if cfg.Dir == "" || cfg.CredsFile == "" {
+		return nil, errors.New("fleet/nats: the embedded server needs a directory and a credentials file")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -79,7 +80,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err := os.MkdirAll(cfg.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("fleet/nats: %w", err)
 	}
-	pw, err := loadOrCreateSecret(cfg.PasswordFile)
+	pw, err := loadOrCreateCreds(cfg.CredsFile)
 	if err != nil {
 		return nil, err
 	}
@@ -153,14 +154,16 @@ func hostPort(addr string) (string, int, error) {
 	return h, n, nil
 }
 
-// loadOrCreateSecret reads the password file or creates it with 32
-// random bytes (hex), mode 0600.
-func loadOrCreateSecret(path string) (string, error) {
+// loadOrCreateCreds reads the credentials file's password or creates
+// the file with 32 random bytes (hex) as EmbeddedUser's password, mode 0600.
+func loadOrCreateCreds(path string) (string, error) {
 	b, err := os.ReadFile(path)
 	if err == nil {
-		if s := strings.TrimSpace(string(b)); s != "" {
-			return s, nil
+		user, pw, ok := strings.Cut(strings.TrimSpace(string(b)), ":")
+		if !ok || user != EmbeddedUser || pw == "" {
+			return "", fmt.Errorf("fleet/nats: %s: want one line %s:PASSWORD", path, EmbeddedUser)
 		}
+		return pw, nil
 	} else if !errors.Is(err, os.ErrNotExist) {
 		return "", fmt.Errorf("fleet/nats: %w", err)
 	}
@@ -173,7 +176,7 @@ func loadOrCreateSecret(path string) (string, error) {
 		return "", fmt.Errorf("fleet/nats: %w", err)
 	}
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, []byte(s+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(tmp, []byte(EmbeddedUser+":"+s+"\n"), 0o600); err != nil {
 		return "", fmt.Errorf("fleet/nats: %w", err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -30,13 +30,19 @@ func inv(box string, free uint64) fleet.Inventory {
 func TestEmbeddedPlane(t *testing.T) {
 	dir := t.TempDir()
 	emb, err := fleetnats.StartEmbedded(fleetnats.EmbeddedConfig{Dir: filepath.Join(dir, "js"), Listen: "127.0.0.1:0",
-		PasswordFile: filepath.Join(dir, "pw")})
+		CredsFile: filepath.Join(dir, "pw")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer emb.Close()
 	if st, err := os.Stat(filepath.Join(dir, "pw")); err != nil || st.Mode().Perm() != 0o600 {
-		t.Fatalf("password file: %v, mode %v; want 0600", err, st.Mode())
+		t.Fatalf("credentials file: %v, mode %v; want 0600", err, st.Mode())
+	}
+	// The file is what a client's CredsFile takes.
+	if p, err := fleetnats.Connect(context.Background(), fleetnats.Config{URLs: []string{emb.URL}, CredsFile: filepath.Join(dir, "pw")}); err != nil {
+		t.Errorf("Connect with the embedded server's credentials file: %v", err)
+	} else {
+		p.Close()
 	}
 	ctx := context.Background()
 
