@@ -71,10 +71,44 @@ type Plane struct {
 var ErrAnonymous = errors.New("the fleet plane takes no anonymous client: give a credentials file")
 
 // Connect dials the servers, authenticates and makes sure the bucket and
-// the streams exist with this configuration.
+// the streams exist with this configuration (a box's TTL, replicas and
+// retention: the boxes of a fleet are configured alike).
 func Connect(ctx context.Context, cfg Config) (*Plane, error) {
+	nc, cfg, err := dial(cfg)
+	if err != nil {
+		return nil, err
+	}
+	p, err := setup(ctx, nc, cfg)
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+// ConnectReader dials like Connect but only binds to the bucket the boxes
+// created, changing no configuration (poolctl fleet).
+func ConnectReader(ctx context.Context, cfg Config) (*Plane, error) {
+	nc, cfg, err := dial(cfg)
+	if err != nil {
+		return nil, err
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("fleet/nats: %w", err)
+	}
+	kv, err := js.KeyValue(ctx, Bucket)
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("fleet/nats: bucket %s (has any box joined this fleet?): %w", Bucket, err)
+	}
+	return &Plane{nc: nc, js: js, kv: kv, ttl: cfg.TTL, log: cfg.Logger}, nil
+}
+
+func dial(cfg Config) (*natsgo.Conn, Config, error) {
 	if len(cfg.URLs) == 0 {
-		return nil, errors.New("fleet/nats: no server URL")
+		return nil, cfg, errors.New("fleet/nats: no server URL")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -103,7 +137,7 @@ func Connect(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	auth, err := credentials(cfg)
 	if err != nil {
-		return nil, err
+		return nil, cfg, err
 	}
 	opts = append(opts, auth...)
 	if cfg.CAFile != "" {
@@ -111,14 +145,9 @@ func Connect(ctx context.Context, cfg Config) (*Plane, error) {
 	}
 	nc, err := natsgo.Connect(strings.Join(cfg.URLs, ","), opts...)
 	if err != nil {
-		return nil, fmt.Errorf("fleet/nats: connect to %s: %w", strings.Join(cfg.URLs, ","), err)
+		return nil, cfg, fmt.Errorf("fleet/nats: connect to %s: %w", strings.Join(cfg.URLs, ","), err)
 	}
-	p, err := setup(ctx, nc, cfg)
-	if err != nil {
-		nc.Close()
-		return nil, err
-	}
-	return p, nil
+	return nc, cfg, nil
 }
 
 func setup(ctx context.Context, nc *natsgo.Conn, cfg Config) (*Plane, error) {
