@@ -134,6 +134,16 @@ func dial(cfg Config) (*natsgo.Conn, Config, error) {
 			}
 		}),
 		natsgo.ReconnectHandler(func(nc *natsgo.Conn) { log.Info("fleet: reconnected to NATS", "server", nc.ConnectedUrlRedacted()) }),
+		// The library's default writes asynchronous errors to stderr.
+		natsgo.ErrorHandler(func(_ *natsgo.Conn, sub *natsgo.Subscription, err error) {
+			log.Warn("fleet: NATS error", "err", err)
+		}),
+	}
+	if cfg.User != "" {
+		// The box's own embedded server: its password is for it alone,
+		// so the client keeps to it and never dials the other boxes'
+		// servers the cluster gossips.
+		opts = append(opts, natsgo.IgnoreDiscoveredServers())
 	}
 	auth, err := credentials(cfg)
 	if err != nil {

@@ -254,3 +254,56 @@ func TestClusterKilledNodeLosesNoAckedEvent(t *testing.T) {
 		}
 	}
 }
+
+// TestEmbeddedCluster forms a cluster of three boxes' embedded servers
+// (--fleet-listen, --fleet-routes, a shared secret): a record written
+// through one is read through the others.
+func TestEmbeddedCluster(t *testing.T) {
+	dir := t.TempDir()
+	const n = 3
+	var routes []string
+	cports := make([]int, n)
+	for i := range n {
+		cports[i] = freePort(t)
+		routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[i]))
+	}
+	var embs []*fleetnats.Embedded
+	for i := range n {
+		emb, err := fleetnats.StartEmbedded(fleetnats.EmbeddedConfig{Dir: filepath.Join(dir, fmt.Sprint(i)), Listen: "127.0.0.1:0",
+			Name: fmt.Sprintf("box-%d", i), CredsFile: filepath.Join(dir, fmt.Sprintf("creds%d", i)),
+			ClusterListen: fmt.Sprintf("127.0.0.1:%d", cports[i]), Routes: routes, ClusterSecret: "shared-secret"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer emb.Close()
+		embs = append(embs, emb)
+	}
+	// Each box's server has its own client password: a box's own client
+	// connects to its own server.
+	var planes []*fleetnats.Plane
+	for i, emb := range embs {
+		planes = append(planes, connect(t, fleetnats.Config{URLs: []string{emb.URL}, User: emb.User, Password: emb.Password,
+			Replicas: 1, Name: fmt.Sprintf("box-%d", i)}))
+	}
+	ctx := context.Background()
+	if err := planes[0].PutInventory(ctx, inv("box-0", 1<<30)); err != nil {
+		t.Fatal(err)
+	}
+	for i, p := range planes {
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got, err := p.Boxes(ctx)
+			if err == nil && len(got) == 1 && got[0].Box == "box-0" {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("box %d does not see box-0's record: %v, %v", i, got, err)
+			}
+			time.Sleep(50 * time.Millisecond) // poll interval
+		}
+	}
+	if _, err := fleetnats.StartEmbedded(fleetnats.EmbeddedConfig{Dir: filepath.Join(dir, "x"), Listen: "127.0.0.1:0",
+		CredsFile: filepath.Join(dir, "cx"), ClusterListen: "127.0.0.1:0"}); err == nil {
+		t.Error("a cluster without a shared secret started")
+	}
+}
