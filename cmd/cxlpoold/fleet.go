@@ -1,9 +1,13 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -90,4 +94,80 @@ func (f *fleetEvents) publish(ev api.Event) {
 	}
 	svc.PublishRedfish(fleet.RedfishEvent{MessageID: ev.MessageKey, Args: ev.Args, Origin: ev.Origin,
 		Host: host, Resolution: ev.Resolution, Time: ev.Time})
+}
+
+// aggregatorFlags register the box with a Redfish aggregator.
+type aggregatorFlags struct{ url, creds, boxURL *string }
+
+func addAggregatorFlags(fs *flag.FlagSet) aggregatorFlags {
+	return aggregatorFlags{
+		url:    fs.String("aggregator", "", "register with this OFMF/Sunfish-style Redfish aggregator (its service root URL; empty: none)"),
+		creds:  fs.String("aggregator-creds", "", "file (mode 0600): line 1 USER:PASSWORD for the aggregator, line 2 USER:PASSWORD of the box account the aggregator uses"),
+		boxURL: fs.String("aggregator-box-url", "", "this box's service root as the aggregator reaches it (default: from --listen)"),
+	}
+}
+
+// config reads the flags; nil when no aggregator is named.
+func (f aggregatorFlags) config(boxURL string) (*fleet.AggregatorConfig, error) {
+	if *f.url == "" {
+		return nil, nil
+	}
+	if *f.creds == "" {
+		return nil, errors.New("--aggregator: needs --aggregator-creds")
+	}
+	st, err := os.Stat(*f.creds)
+	if err != nil {
+		return nil, fmt.Errorf("--aggregator-creds: %w", err)
+	}
+	if st.Mode().Perm()&0o077 != 0 {
+		return nil, fmt.Errorf("--aggregator-creds: %s is readable by others (mode %#o): chmod 600 it", *f.creds, st.Mode().Perm())
+	}
+	b, err := os.ReadFile(*f.creds)
+	if err != nil {
+		return nil, fmt.Errorf("--aggregator-creds: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	var pairs [2][2]string
+	for i := range pairs {
+		if i >= len(lines) {
+			return nil, errors.New("--aggregator-creds: want two lines USER:PASSWORD (the aggregator's, then the box account's)")
+		}
+		u, p, ok := strings.Cut(strings.TrimSpace(lines[i]), ":")
+		if !ok || u == "" || p == "" {
+			return nil, fmt.Errorf("--aggregator-creds: line %d: want USER:PASSWORD", i+1)
+		}
+		pairs[i] = [2]string{u, p}
+	}
+	if *f.boxURL != "" {
+		boxURL = *f.boxURL
+	}
+	return &fleet.AggregatorConfig{URL: *f.url, User: pairs[0][0], Password: pairs[0][1], BoxURL: boxURL,
+		BoxUser: pairs[1][0], BoxPassword: pairs[1][1], Client: &http.Client{Timeout: 30 * time.Second}}, nil
+}
+
+// registerAggregator registers in the background, retrying with backoff
+// until it succeeds or ctx ends (the aggregator may start after the box).
+func registerAggregator(ctx context.Context, cfg *fleet.AggregatorConfig, log *slog.Logger) {
+	if cfg == nil {
+		return
+	}
+	go func() {
+		wait := time.Second
+		for {
+			id, err := fleet.Register(ctx, *cfg)
+			if err == nil {
+				log.Info("registered with the Redfish aggregator", "aggregator", cfg.URL, "source", id)
+				return
+			}
+			log.Warn("registering with the Redfish aggregator; will retry", "aggregator", cfg.URL, "err", err, "retry", wait)
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return
+			case <-t.C:
+			}
+			wait = min(2*wait, 5*time.Minute)
+		}
+	}()
 }

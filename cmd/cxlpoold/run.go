@@ -44,7 +44,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	external := sim.ExternalHosts{}
 	fs.Var(&external, "external-host", "virtual box: hand head LD to an external host process (cxlhost): LD=unix:PATH; repeatable or comma separated")
 	simWorkload := fs.String("sim-workload", appliance.SimWorkloadMixed, "virtual box: the workload hosts run once they hold capacity: none, mixed, zipf, hotset or kvcache")
-	fleetFlags := addFleetFlags(fs) // fleet.go
+	fleetFlags, aggFlags := addFleetFlags(fs), addAggregatorFlags(fs) // fleet.go
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -78,7 +78,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *plainHTTP {
 		scheme = "http"
 	}
-	fleetCfg, err := fleetFlags.config(scheme + "://" + *listen + "/redfish/v1")
+	apiURL := scheme + "://" + *listen + "/redfish/v1"
+	fleetCfg, err := fleetFlags.config(apiURL)
+	if err != nil {
+		return err
+	}
+	aggCfg, err := aggFlags.config(apiURL)
 	if err != nil {
 		return err
 	}
@@ -192,6 +197,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "cxlpoold: TLS certificate %s\n", srv.CertPath())
 	}
 	st.done(log)
+	registerAggregator(ctx, aggCfg, log.With("component", "fleet")) // fleet.go
 	if err := srv.Serve(ctx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -124,6 +124,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--chmu", "@0x1000"},
 		{"--chmu", "bar@-8"},
 		{"--external-host", "2=tcp://127.0.0.1:1"},
+		{"--fleet", "http://a:4222"},
+		{"--fleet", "nats://a:4222"},         // an external cluster without credentials
+		{"--fleet-listen", "127.0.0.1:6222"}, // a cluster of boxes without a shared secret
+		{"--fleet-ttl", "1s"},
+		{"--aggregator", "https://agg/redfish/v1"}, // without credentials
 	}
 	for _, args := range tests {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
