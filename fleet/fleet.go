@@ -13,6 +13,9 @@
 // JetStream (a KV bucket for inventory, a stream for events), embedded in
 // the daemon by default.
 //
+// Register (aggregator.go) makes the box an AggregationSource of an
+// OFMF/Sunfish-style Redfish aggregator.
+//
 // Not done yet: per-namespace hotness summaries on the KV subjects, the
 // console's fleet page, partition-heal tests.
 package fleet
