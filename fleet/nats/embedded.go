@@ -118,6 +118,16 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 			opts.Routes = append(opts.Routes, u)
 		}
 	}
+	// The server only logs a client port it cannot open and then never
+	// becomes ready: try the port first so that a second daemon on the
+	// same machine fails at once, saying why.
+	if port > 0 {
+		l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+		if err != nil {
+			return nil, fmt.Errorf("fleet/nats: embedded server: %w (another daemon's? give --fleet-client-listen another port)", err)
+		}
+		l.Close()
+	}
 	srv, err := server.NewServer(opts)
 	if err != nil {
 		return nil, fmt.Errorf("fleet/nats: embedded server: %w", err)
@@ -126,7 +136,7 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	go srv.Start()
 	if !srv.ReadyForConnections(30 * time.Second) {
 		srv.Shutdown()
-		return nil, fmt.Errorf("fleet/nats: embedded server on %s did not start (is the port taken?)", cfg.Listen)
+		return nil, fmt.Errorf("fleet/nats: embedded server on %s did not start within 30s", cfg.Listen)
 	}
 	return &Embedded{srv: srv, URL: srv.ClientURL(), User: EmbeddedUser, Password: pw}, nil
 }

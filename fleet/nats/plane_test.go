@@ -307,3 +307,24 @@ func TestEmbeddedCluster(t *testing.T) {
 		t.Error("a cluster without a shared secret started")
 	}
 }
+
+// TestEmbeddedPortTaken: a second box on the same client port fails at
+// once, saying why.
+func TestEmbeddedPortTaken(t *testing.T) {
+	dir := t.TempDir()
+	first, err := fleetnats.StartEmbedded(fleetnats.EmbeddedConfig{Dir: filepath.Join(dir, "1"), Listen: "127.0.0.1:0", CredsFile: filepath.Join(dir, "c1")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	addr := strings.TrimPrefix(first.URL, "nats://")
+	start := time.Now()
+	second, err := fleetnats.StartEmbedded(fleetnats.EmbeddedConfig{Dir: filepath.Join(dir, "2"), Listen: addr, CredsFile: filepath.Join(dir, "c2")})
+	if err == nil {
+		second.Close()
+		t.Fatal("a second embedded server on a taken port started")
+	}
+	if !strings.Contains(err.Error(), addr) || time.Since(start) > 20*time.Second {
+		t.Errorf("StartEmbedded on a taken port: %v after %v; want the address named, before the 30 s start bound", err, time.Since(start))
+	}
+}
