@@ -2,6 +2,7 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -76,6 +77,12 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 			ecfg.ClusterSecret = s
 		}
 		emb, err := fleetnats.StartEmbedded(ecfg)
+		if errors.Is(err, fleetnats.ErrNoEmbedded) {
+			// A build for a small image: it has no server to run, so
+			// the box stays out of the fleet unless --fleet names one.
+			log.Warn("fleet plane off: this build has no embedded server; join a cluster with --fleet", "err", err)
+			return nil
+		}
 		if err != nil {
 			return fmt.Errorf("appliance: fleet: %w", err)
 		}

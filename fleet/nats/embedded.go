@@ -7,14 +7,10 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
-
-	"github.com/nats-io/nats-server/v2/server"
 )
 
 // DefaultListen is the embedded server's client address: loopback only,
@@ -51,17 +47,25 @@ type EmbeddedConfig struct {
 
 // Embedded is a running embedded server.
 type Embedded struct {
-	srv      *server.Server
 	URL      string
 	User     string
 	Password string
+	stop     func()
 }
+
+// ErrNoEmbedded: this build has no embedded server (-tags nofleetserver,
+// for an image that must stay small); the box joins an external cluster
+// with --fleet or runs without the plane.
+var ErrNoEmbedded = errors.New("this build has no embedded fleet server (built with -tags nofleetserver)")
 
 // EmbeddedUser is the account the daemon's own client uses.
 const EmbeddedUser = "cxlpool"
 
 // StartEmbedded starts the server and waits until it takes connections.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	if !haveServer {
+		return nil, fmt.Errorf("fleet/nats: %w", ErrNoEmbedded)
+	}
 	if cfg.Dir == "" || cfg.CredsFile == "" {
 		return nil, errors.New("fleet/nats: the embedded server needs a directory and a credentials file")
 	}
@@ -88,36 +92,6 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fleet/nats: listen %q: %w", cfg.Listen, err)
 	}
-	name := cfg.Name
-	if name == "" {
-		name = "cxlpool"
-	}
-	opts := &server.Options{
-		ServerName: name, Host: host, Port: port,
-		JetStream: true, StoreDir: cfg.Dir, JetStreamMaxMemory: cfg.MaxMemory, JetStreamMaxStore: cfg.MaxStore,
-		Username: EmbeddedUser, Password: pw,
-		NoSigs: true, MaxPayload: 1 << 20,
-		// No HTTP monitoring port, no system account exports beyond the defaults.
-		HTTPPort: 0,
-	}
-	if cfg.ClusterListen != "" {
-		if cfg.ClusterSecret == "" {
-			return nil, errors.New("fleet/nats: a cluster among boxes needs a shared secret (routes are never anonymous)")
-		}
-		ch, cp, err := hostPort(cfg.ClusterListen)
-		if err != nil {
-			return nil, fmt.Errorf("fleet/nats: cluster listen %q: %w", cfg.ClusterListen, err)
-		}
-		opts.Cluster = server.ClusterOpts{Name: "cxlpool", Host: ch, Port: cp, Username: EmbeddedUser, Password: cfg.ClusterSecret}
-		for _, r := range cfg.Routes {
-			u, err := url.Parse(r)
-			if err != nil || u.Scheme != "nats-route" {
-				return nil, fmt.Errorf("fleet/nats: route %q: want nats-route://HOST:PORT", r)
-			}
-			u.User = url.UserPassword(EmbeddedUser, cfg.ClusterSecret)
-			opts.Routes = append(opts.Routes, u)
-		}
-	}
 	// The server only logs a client port it cannot open and then never
 	// becomes ready: try the port first so that a second daemon on the
 	// same machine fails at once, saying why.
@@ -128,23 +102,12 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 		}
 		l.Close()
 	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("fleet/nats: embedded server: %w", err)
-	}
-	srv.SetLoggerV2(slogAdapter{cfg.Logger}, false, false, false)
-	go srv.Start()
-	if !srv.ReadyForConnections(30 * time.Second) {
-		srv.Shutdown()
-		return nil, fmt.Errorf("fleet/nats: embedded server on %s did not start within 30s", cfg.Listen)
-	}
-	return &Embedded{srv: srv, URL: srv.ClientURL(), User: EmbeddedUser, Password: pw}, nil
+	return startServer(cfg, host, port, pw)
 }
 
 // Close stops the server.
 func (e *Embedded) Close() error {
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
+	e.stop()
 	return nil
 }
 
@@ -159,7 +122,7 @@ func hostPort(addr string) (string, int, error) {
 		return "", 0, fmt.Errorf("bad port %q", p)
 	}
 	if n == 0 {
-		n = server.RANDOM_PORT
+		n = -1 // the server's RANDOM_PORT
 	}
 	return h, n, nil
 }
@@ -194,20 +157,3 @@ func loadOrCreateCreds(path string) (string, error) {
 	}
 	return s, nil
 }
-
-// slogAdapter routes the server's log lines to slog (notices at debug:
-// the server is chatty at start; warnings and errors as they are).
-type slogAdapter struct{ log *slog.Logger }
-
-func (a slogAdapter) Noticef(f string, v ...any) {
-	a.log.Debug(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a slogAdapter) Warnf(f string, v ...any) { a.log.Warn(fmt.Sprintf(f, v...), "component", "nats") }
-func (a slogAdapter) Fatalf(f string, v ...any) {
-	a.log.Error(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a slogAdapter) Errorf(f string, v ...any) {
-	a.log.Error(fmt.Sprintf(f, v...), "component", "nats")
-}
-func (a slogAdapter) Debugf(f string, v ...any) {}
-func (a slogAdapter) Tracef(f string, v ...any) {}
