@@ -122,6 +122,9 @@ func (s *Server) Publish(ev Event) {
 	b.mu.Unlock()
 	s.metrics.events.Inc()
 	s.appendEvent(ev)
+	if s.cfg.OnEvent != nil {
+		s.cfg.OnEvent(ev)
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	// Publishers race between numbering and this point: keep recent in id

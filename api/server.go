@@ -147,6 +147,9 @@ type Config struct {
 	// Transport bounds the listener's timeouts and connections
 	// (limits.go).
 	Transport Transport
+	// OnEvent, when set, sees every published event, numbered and timed
+	// (the fleet plane forwards them); it must not block.
+	OnEvent func(Event)
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed

@@ -83,6 +83,8 @@ type Config struct {
 	// KVListen and KVSocket are where hosts' KV clients reach the KV
 	// index (kv/wire, TCP and a unix socket); empty: not served.
 	KVListen, KVSocket string
+	// Fleet joins the fleet plane (fleet.go); off in the zero Config.
+	Fleet FleetConfig
 }
 
 // Appliance is a running daemon's parts.
@@ -102,9 +104,11 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (hmu/telemetry, started in telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
-	kvHeat    kvHeat      // the KV store's eviction reads Telemetry's heat through it
-	check     *startCheck // consistency.go
-	closers   []func() error
+	// Fleet is the fleet plane once started (fleet.go); nil when off.
+	Fleet   *Fleet
+	kvHeat  kvHeat      // the KV store's eviction reads Telemetry's heat through it
+	check   *startCheck // consistency.go
+	closers []func() error
 
 	// KV is the KV-cache store's namespaces and index (kv.go); KVAddr the
 	// index's TCP address once served.
@@ -313,8 +317,14 @@ func (a *Appliance) openExports() error {
 }
 
 // Start discovers the device, reconciles the ledger with it, starts
-// following device events until ctx ends and opens the export server.
-func (a *Appliance) Start(ctx context.Context) error {
+// following device events until ctx ends, opens the export server and
+// joins the fleet plane.
+func (a *Appliance) Start(ctx context.Context) (err error) {
+	defer func() {
+		if err == nil {
+			err = a.startFleet(ctx) // fleet.go: last, the record names the export server
+		}
+	}()
 	// The board controller is discovered while the Manager discovers the
 	// device: both are round trips on the one device link, which carries
 	// them side by side (each is a tenth of a second of the box's boot

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	external := sim.ExternalHosts{}
 	fs.Var(&external, "external-host", "virtual box: hand head LD to an external host process (cxlhost): LD=unix:PATH; repeatable or comma separated")
 	simWorkload := fs.String("sim-workload", appliance.SimWorkloadMixed, "virtual box: the workload hosts run once they hold capacity: none, mixed, zipf, hotset or kvcache")
+	fleetFlags, aggFlags := addFleetFlags(fs), addAggregatorFlags(fs) // fleet.go
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -75,6 +76,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 
+	scheme := "https"
+	if *plainHTTP {
+		scheme = "http"
+	}
+	apiURL := scheme + "://" + *listen + "/redfish/v1"
+	fleetCfg, err := fleetFlags.config(apiURL)
+	if err != nil {
+		return err
+	}
+	aggCfg, err := aggFlags.config(apiURL)
+	if err != nil {
+		return err
+	}
+
 	scfg.Heads = *simHeads
 	scfg.Capacity, scfg.BlockSize = uint64(simCap), uint64(simBlock)
 
@@ -90,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
 		ExportListen: *exportListen, DAXPath: *daxPath,
 		KVListen: *kvListen, KVSocket: *kvSocket,
-		CHMU: *chmuLoc, SimWorkload: workload,
+		CHMU: *chmuLoc, SimWorkload: workload, Fleet: fleetCfg,
 	})
 	if err != nil {
 		return err
@@ -122,6 +137,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	started := startAsync(ctx, app)
 	// Start returns before the deferred Close.
 	defer started()
+	var fev fleetEvents
 	var tel api.Telemetry // a nil *appliance.Telemetry must stay a nil interface
 	var exportAddr net.Addr
 	if !overlap {
@@ -129,6 +145,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		st.phase("discovery") // the device, reconcile, the board controller, telemetry
+		fev.started(app)
 		if app.Telemetry != nil {
 			tel = app.Telemetry
 		}
@@ -144,6 +161,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		LocalCXL:  localCXL(), // image.go
 		// The check after reconcile; violations become an event.
 		StartCheck: app.StartCheck,
+		OnEvent:    fev.publish, // fleet.go
 	}
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot
@@ -162,6 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			return err
 		}
 		st.phase("discovery") // what is left of it
+		fev.started(app)
 	}
 	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
 		fmt.Fprintln(stdout, "cxlpoold:", l)
@@ -169,9 +188,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if exportAddr != nil {
 		fmt.Fprintf(stdout, "cxlpoold: exports to remote racks on tcp://%s\n", exportAddr)
 	}
-	scheme := "https"
-	if *plainHTTP {
-		scheme = "http"
+	if app.Fleet != nil {
+		fmt.Fprintf(stdout, "cxlpoold: fleet plane: box %s on NATS %s\n", app.Fleet.Service.Box(), app.Fleet.URLs())
 	}
 	if app.Telemetry != nil {
 		fmt.Fprintf(stdout, "cxlpoold: telemetry at %s://%s/redfish/v1/TelemetryService, frame stream ws%s://%s%s (sim workload: %s)\n",
@@ -183,6 +201,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "cxlpoold: TLS certificate %s\n", srv.CertPath())
 	}
 	st.done(log)
+	registerAggregator(ctx, aggCfg, log.With("component", "fleet")) // fleet.go
 	if err := srv.Serve(ctx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
 		return err
 	}

@@ -52,7 +52,7 @@ func startDaemon(t *testing.T, data string) (addr string, out *syncBuffer, stop 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--data", data, "--listen", addr, "--http", "--sim-capacity", "16GiB", "--log-level", "error"}, out, io.Discard)
+		done <- run(ctx, []string{"--data", data, "--listen", addr, "--http", "--fleet-client-listen", "127.0.0.1:0", "--sim-capacity", "16GiB", "--log-level", "error"}, out, io.Discard)
 	}()
 	deadline := time.Now().Add(30 * time.Second)
 	for !strings.Contains(out.String(), "Redfish API at") {
@@ -124,6 +124,11 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"--chmu", "@0x1000"},
 		{"--chmu", "bar@-8"},
 		{"--external-host", "2=tcp://127.0.0.1:1"},
+		{"--fleet", "http://a:4222"},
+		{"--fleet", "nats://a:4222"},         // an external cluster without credentials
+		{"--fleet-listen", "127.0.0.1:6222"}, // a cluster of boxes without a shared secret
+		{"--fleet-ttl", "1s"},
+		{"--aggregator", "https://agg/redfish/v1"}, // without credentials
 	}
 	for _, args := range tests {
 		if err := run(context.Background(), args, io.Discard, io.Discard); err == nil {
@@ -142,7 +147,7 @@ func TestRunExternalHost(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--data", filepath.Join(dir, "var"), "--listen", freeAddr(t), "--http", "--sim-capacity", "16GiB",
+		done <- run(ctx, []string{"--data", filepath.Join(dir, "var"), "--listen", freeAddr(t), "--http", "--fleet-client-listen", "127.0.0.1:0", "--sim-capacity", "16GiB",
 			"--sim-workload", "none", "--external-host", "2=unix:" + sock, "--log-level", "error"}, out, io.Discard)
 	}()
 	deadline := time.Now().Add(30 * time.Second)

@@ -68,7 +68,7 @@ func TestRunWaitsAtTheGate(t *testing.T) {
 	}
 	w.Close()
 	data := filepath.Join(t.TempDir(), "var")
-	err = run(context.Background(), []string{"--data", data, "--http", "--start-gate", strconv.Itoa(fd)}, io.Discard, io.Discard)
+	err = run(context.Background(), []string{"--data", data, "--http", "--fleet-client-listen", "127.0.0.1:0", "--start-gate", strconv.Itoa(fd)}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "start-gate") {
 		t.Errorf("run with a withdrawn gate: got %v, want the gate's error", err)
 	}
@@ -109,7 +109,7 @@ func TestRunRealDevice(t *testing.T) {
 	addr, out := freeAddr(t), &syncBuffer{}
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"--device", dev, "--data", t.TempDir(), "--listen", addr, "--http", "--log-level", "error"}, out, io.Discard)
+		done <- run(ctx, []string{"--device", dev, "--data", t.TempDir(), "--listen", addr, "--http", "--fleet-client-listen", "127.0.0.1:0", "--log-level", "error"}, out, io.Discard)
 	}()
 	var systems struct {
 		Count int `json:"Members@odata.count"`

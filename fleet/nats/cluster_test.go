@@ -1,0 +1,155 @@
+package nats_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	fleetnats "cxlpool/fleet/nats"
+)
+
+// testUser and testPassword are the cluster's one account.
+const testUser, testPassword = "fleet", "s3cret-fleet"
+
+// natsServer is the external server binary (Debian's nats-server); tests
+// that need a real cluster skip without it, saying so.
+func natsServer(t testing.TB) string {
+	t.Helper()
+	for _, p := range []string{"nats-server", "/usr/sbin/nats-server", "/usr/bin/nats-server"} {
+		if path, err := exec.LookPath(p); err == nil {
+			return path
+		}
+	}
+	t.Skip("nats-server is not installed (apt-get install nats-server; .ci/run installs it): the real-cluster tests need it")
+	return ""
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// node is one nats-server of a test cluster.
+type node struct {
+	name, conf, URL string
+	cmd             *exec.Cmd
+	done            chan struct{}
+	t               testing.TB
+	bin             string
+}
+
+// cluster is three nats-server nodes on loopback with JetStream and
+// password authentication.
+type cluster struct {
+	nodes []*node
+}
+
+func startCluster(t testing.TB) *cluster {
+	t.Helper()
+	bin := natsServer(t)
+	dir := t.TempDir()
+	const n = 3
+	ports, cports := make([]int, n), make([]int, n)
+	for i := range n {
+		ports[i], cports[i] = freePort(t), freePort(t)
+	}
+	c := &cluster{}
+	for i := range n {
+		var routes []string
+		for j := range n {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", cports[j]))
+			}
+		}
+		nd := &node{name: fmt.Sprintf("n%d", i+1), URL: fmt.Sprintf("nats://127.0.0.1:%d", ports[i]), t: t, bin: bin}
+		nd.conf = filepath.Join(dir, nd.name+".conf")
+		conf := fmt.Sprintf(`server_name: %s
+listen: 127.0.0.1:%d
+jetstream { store_dir: %q, max_memory_store: 64MB, max_file_store: 1GB }
+cluster { name: fleettest, listen: 127.0.0.1:%d, routes: [%s] }
+authorization { users: [ { user: %s, password: %s } ] }
+`, nd.name, ports[i], filepath.Join(dir, nd.name), cports[i], strings.Join(routes, ", "), testUser, testPassword)
+		if err := os.WriteFile(nd.conf, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		nd.start()
+		c.nodes = append(c.nodes, nd)
+	}
+	t.Cleanup(func() {
+		for _, nd := range c.nodes {
+			nd.kill()
+		}
+	})
+	return c
+}
+
+func (nd *node) start() {
+	nd.t.Helper()
+	nd.cmd = exec.Command(nd.bin, "-c", nd.conf)
+	nd.cmd.Stdout, nd.cmd.Stderr = nil, nil
+	if err := nd.cmd.Start(); err != nil {
+		nd.t.Fatalf("start %s: %v", nd.name, err)
+	}
+	nd.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(nd.cmd, nd.done)
+}
+
+// kill ends the node with SIGKILL: no goodbye to its peers or clients.
+func (nd *node) kill() {
+	if nd.cmd == nil {
+		return
+	}
+	nd.cmd.Process.Signal(syscall.SIGKILL)
+	<-nd.done
+	nd.cmd = nil
+}
+
+func (c *cluster) urls(idx ...int) []string {
+	var out []string
+	for _, i := range idx {
+		out = append(out, c.nodes[i].URL)
+	}
+	return out
+}
+
+// credsFile writes USER:PASSWORD credentials, mode 0600.
+func credsFile(t testing.TB, user, pass string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "fleet.creds")
+	if err := os.WriteFile(p, []byte(user+":"+pass+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// connect polls Connect until the cluster has elected its JetStream meta
+// leader and the assets exist (bounded by a deadline, not a sleep).
+func connect(t testing.TB, cfg fleetnats.Config) *fleetnats.Plane {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		p, err := fleetnats.Connect(ctx, cfg)
+		cancel()
+		if err == nil {
+			t.Cleanup(func() { p.Close() })
+			return p
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("connect to %v: %v", cfg.URLs, err)
+		}
+		time.Sleep(100 * time.Millisecond) // a retry interval, not a wait for an event
+	}
+}
