@@ -16,15 +16,9 @@ import (
 	"cxlpool/dcd"
 )
 
-const (
-	accountServiceURI = "/redfish/v1/AccountService"
-	accountsURI       = accountServiceURI + "/Accounts"
-	rolesURI          = accountServiceURI + "/Roles"
-)
+const rolesURI = accountServiceURI + "/Roles"
 
 var userNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$`)
-
-func accountURI(id int64) string { return accountsURI + "/" + strconv.FormatInt(id, 10) }
 
 // accountOem is ManagerAccount.Oem.CxlPool: the host binding.
 type accountOem struct {
@@ -168,9 +162,9 @@ func (s *Server) accountBody(a Account) Obj {
 		"Links":                  Obj{"Role": Link(rolesURI + "/" + a.Role)},
 	}
 	if a.HostID != nil {
-		oem := Obj{"SystemId": SystemID(*a.HostID)}
+		oem := Obj{"SystemId": SystemID(dcd.HostID(*a.HostID))}
 		if s.HasRoute(SystemsURI) {
-			oem["System"] = Link(SystemURI(*a.HostID))
+			oem["System"] = Link(SystemURI(dcd.HostID(*a.HostID)))
 		}
 		o["Oem"] = oemschema.Oem("ManagerAccount", oem)
 	}
@@ -261,7 +255,7 @@ func (s *Server) patchAccountService(c echo.Context) error {
 
 // hostBinding validates Oem.CxlPool.SystemId against the role: host roles
 // need an existing host, other roles must not name one.
-func (s *Server) hostBinding(role string, oem *accountOem, current *dcd.HostID) (*dcd.HostID, error) {
+func (s *Server) hostBinding(role string, oem *accountOem, current *HostID) (*HostID, error) {
 	host := current
 	if oem != nil && oem.CxlPool != nil && oem.CxlPool.SystemID != nil {
 		id := *oem.CxlPool.SystemID
@@ -272,7 +266,7 @@ func (s *Server) hostBinding(role string, oem *accountOem, current *dcd.HostID) 
 			if err != nil || !s.hostExists(h) {
 				return nil, ErrPropertyValueNotInList(id, "Oem/CxlPool/SystemId")
 			}
-			host = &h
+			host = hostRef(h)
 		}
 	}
 	r, _ := LookupRole(role)

@@ -17,9 +17,15 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
-
-	"cxlpool/dcd"
 )
+
+// The AccountService, whose accounts the service authenticates.
+const (
+	accountServiceURI = "/redfish/v1/AccountService"
+	accountsURI       = accountServiceURI + "/Accounts"
+)
+
+func accountURI(id int64) string { return accountsURI + "/" + strconv.FormatInt(id, 10) }
 
 // Session table and sign-in throttling bounds.
 const (
@@ -92,7 +98,7 @@ func (e *lockedError) Error() string { return "account locked until " + e.until.
 // authenticator checks credentials (sessions and HTTP Basic), enforces the
 // lockout policy and keeps the sessions.
 type authenticator struct {
-	s         *Server
+	s         *Service
 	dummyHash []byte // compared against for unknown users, so timing does not tell
 
 	mu          sync.Mutex
@@ -111,7 +117,7 @@ type authenticator struct {
 	changed chan struct{}
 }
 
-func newAuthenticator(s *Server) *authenticator {
+func newAuthenticator(s *Service) *authenticator {
 	a := &authenticator{
 		s:          s,
 		sessions:   map[[sha256.Size]byte]*session{},
@@ -628,7 +634,7 @@ func (a *authenticator) valid(p *Principal) bool {
 	return ok && sess.accountUID == p.AccountUID && now.Sub(sess.LastUsed) <= a.timeout
 }
 
-func sameHost(x, y *dcd.HostID) bool {
+func sameHost(x, y *HostID) bool {
 	return (x == nil) == (y == nil) && (x == nil || *x == *y)
 }
 

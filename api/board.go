@@ -116,7 +116,7 @@ var (
 
 // boardOrigin maps the board item an alarm is about to the resource that
 // shows it, and to the host it concerns (a head's).
-func boardOrigin(item string) (string, *dcd.HostID) {
+func boardOrigin(item string) (string, *HostID) {
 	switch {
 	case item == "PolicyLoop":
 		return managerURI, nil
@@ -128,7 +128,7 @@ func boardOrigin(item string) (string, *dcd.HostID) {
 	if m := headIDRE.FindStringSubmatch(item); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil && n <= 0xFFFF {
 			h := dcd.HostID(n)
-			return SystemURI(h), &h
+			return SystemURI(h), hostRef(h)
 		}
 	}
 	if item != "" && item != "BoardController" && sensorIDRE.MatchString(item) {

@@ -201,7 +201,7 @@ type renderedCollection struct {
 // the collection; who may see what is added to it here.
 func (v *poolView) cachedCollection(p *Principal, key string, col Collection, members func() []string) (Collection, error) {
 	if p.IsHost() {
-		key += "|" + SystemID(*p.HostID)
+		key += "|" + SystemID(dcd.HostID(*p.HostID))
 	}
 	if e, ok := v.renders.Load(key); ok {
 		rc := e.(renderedCollection)
@@ -373,11 +373,11 @@ func (s *Server) chunkVisible(p *Principal, v *poolView, ch dcd.Chunk) bool {
 	if !p.IsHost() {
 		return true
 	}
-	if h, ok := s.capacity.owner(ch); ok && h == *p.HostID {
+	if h, ok := s.capacity.owner(ch); ok && HostID(h) == *p.HostID {
 		return true
 	}
 	for _, g := range v.chunkGrants(ch.ID) {
-		if g.Host == *p.HostID {
+		if HostID(g.Host) == *p.HostID {
 			return true
 		}
 	}
@@ -387,7 +387,7 @@ func (s *Server) chunkVisible(p *Principal, v *poolView, ch dcd.Chunk) bool {
 // hostVisible reports whether a host exists on the device and p may see it.
 func hostVisible(p *Principal, v *poolView, h dcd.HostID) bool {
 	_, ok := v.head(h)
-	return ok && p.CanSeeHost(h)
+	return ok && p.CanSeeHost(HostID(h))
 }
 
 // visibleHosts lists, in head order, the hosts p may see: the members of
@@ -395,7 +395,7 @@ func hostVisible(p *Principal, v *poolView, h dcd.HostID) bool {
 func (v *poolView) visibleHosts(p *Principal) []dcd.HostID {
 	var out []dcd.HostID
 	for _, h := range v.heads {
-		if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
+		if ld := dcd.HostID(h.LD); p.CanSeeHost(HostID(ld)) {
 			out = append(out, ld)
 		}
 	}

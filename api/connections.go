@@ -89,7 +89,7 @@ func (s *Server) getConnections(c echo.Context) error {
 		}}, func() []string {
 		members := make([]string, 0, len(v.grants))
 		for _, g := range v.grants {
-			if p.CanSeeHost(g.Host) {
+			if p.CanSeeHost(HostID(g.Host)) {
 				members = append(members, ConnectionURI(g.ID))
 			}
 		}
@@ -110,7 +110,7 @@ func (s *Server) lookupConnection(c echo.Context) (dcd.Grant, dcd.Chunk, error) 
 	}
 	n, ok := parseID(c.Param("id"))
 	g, found := v.grant(dcd.GrantID(n))
-	if !ok || !found || !PrincipalOf(c).CanSeeHost(g.Host) {
+	if !ok || !found || !PrincipalOf(c).CanSeeHost(HostID(g.Host)) {
 		return dcd.Grant{}, dcd.Chunk{}, ErrResourceNotFound("Connection", c.Param("id"))
 	}
 	ch, ok := v.chunk(g.Chunk)
@@ -229,7 +229,7 @@ func (s *Server) postConnection(c echo.Context) error {
 		Target: Target{Type: "Connection", ID: strconv.FormatInt(int64(begun[0].ID), 10), URI: ConnectionURI(begun[0].ID)},
 	}
 	if len(hosts) == 1 {
-		opts.Host = &hosts[0]
+		opts.Host = hostRef(hosts[0])
 	}
 	t := s.StartTask(c, opts, func(ctx context.Context, _ *Task) (TaskResult, error) {
 		return s.finishGrants(ctx, ch, begun)
@@ -393,7 +393,7 @@ func (s *Server) deleteConnection(c echo.Context) error {
 	host := g.Host
 	t := s.StartTask(c, TaskOptions{
 		Name:   fmt.Sprintf("Release memory chunk %d from %s", g.Chunk, SystemID(g.Host)),
-		Host:   &host,
+		Host:   hostRef(host),
 		Target: target,
 	}, func(ctx context.Context, _ *Task) (TaskResult, error) {
 		ng, err := s.awaitRelease(ctx, g.ID)

@@ -36,7 +36,7 @@ import (
 // ignored unless the struct names them. Pointer fields tell "absent" (nil)
 // from "present"; JSON null is accepted only for rf:"nullable" fields.
 // The body must be application/json (415) and at most MaxBodyBytes (413).
-func (s *Server) Decode(c echo.Context, dst any) error {
+func (s *Service) Decode(c echo.Context, dst any) error {
 	r := c.Request()
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)

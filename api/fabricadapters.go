@@ -33,7 +33,7 @@ func (s *Server) fabricAdapterRoutes() {
 		heads := map[string]fabric.Head{}
 		var members []string
 		for _, h := range sortedHeads(s.mgr.Box()) {
-			if p.CanSeeHost(dcd.HostID(h.LD)) {
+			if p.CanSeeHost(HostID(h.LD)) {
 				members = append(members, PortURI(h.Port))
 				heads[PortURI(h.Port)] = h
 			}
@@ -46,7 +46,7 @@ func (s *Server) fabricAdapterRoutes() {
 		n, err := strconv.ParseUint(c.Param("port"), 10, 8)
 		if err == nil && c.Param("port") == strconv.FormatUint(n, 10) {
 			for _, h := range s.mgr.Box().Heads {
-				if h.Port == uint8(n) && PrincipalOf(c).CanSeeHost(dcd.HostID(h.LD)) {
+				if h.Port == uint8(n) && PrincipalOf(c).CanSeeHost(HostID(h.LD)) {
 					return s.WriteResource(c, http.StatusOK, port(h))
 				}
 			}

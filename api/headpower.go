@@ -82,7 +82,7 @@ func (s *Server) headPowerRoutes(b Board) {
 		if int(h) >= len(heads) {
 			return NewError(http.StatusBadRequest, M("Base.ActionNotSupported", resetAction))
 		}
-		t := s.StartTask(c, TaskOptions{Name: rt + " " + SystemID(h), Host: &h, Target: target},
+		t := s.StartTask(c, TaskOptions{Name: rt + " " + SystemID(h), Host: hostRef(h), Target: target},
 			func(ctx context.Context, _ *Task) (TaskResult, error) {
 				if err := b.ResetHead(ctx, int(h), bmc.ResetType(rt)); err != nil {
 					return TaskResult{}, err

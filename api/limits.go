@@ -109,7 +109,7 @@ const loginBodyLimit = 16 << 10
 // transport is the HTTP handler in front of echo: HSTS, the body's read
 // deadline and the response's write deadline. It works with any
 // http.Server; the connection caps come with the listener (ServeListener).
-func (s *Server) transport(next http.Handler) http.Handler {
+func (s *Service) transport(next http.Handler) http.Handler {
 	cfg := s.cfg.Transport
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil {
@@ -124,7 +124,7 @@ func (s *Server) transport(next http.Handler) http.Handler {
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			g := &bodyGuard{body: r.Body, rc: rc, window: cfg.BodyTimeout}
 			p := strings.TrimRight(r.URL.Path, "/")
-			if r.Method == http.MethodPost && s.cfg.Update != nil && p == UpdateUploadURI {
+			if _, upload := s.uploads[p]; upload && r.Method == http.MethodPost {
 				g.quota = int64(cfg.BodyTimeout.Seconds() * float64(cfg.UploadMinRate))
 			}
 			g.extend()
@@ -227,7 +227,7 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 func (g *bodyGuard) Close() error { return g.body.Close() }
 
 // errRequestTimeout is 408 for a body that came too slowly.
-func (s *Server) errRequestTimeout() *Error {
+func (s *Service) errRequestTimeout() *Error {
 	m := M("Base.OperationTimeout")
 	m.Resolution = fmt.Sprintf("The request body must arrive within %s of the headers (a firmware push: %d KiB/s at least); "+
 		"nothing was changed. Resubmit the request.", s.cfg.Transport.BodyTimeout, s.cfg.Transport.UploadMinRate>>10)

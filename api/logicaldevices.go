@@ -30,7 +30,7 @@ func (s *Server) getLogicalDevices(c echo.Context) error {
 	p := PrincipalOf(c)
 	var members []string
 	for _, h := range v.heads {
-		if p.CanSeeHost(dcd.HostID(h.LD)) {
+		if p.CanSeeHost(HostID(h.LD)) {
 			members = append(members, LogicalDeviceURI(dcd.HostID(h.LD)))
 		}
 	}

@@ -245,7 +245,7 @@ func (s *Server) postChunk(c echo.Context) error {
 		if v, err = s.view(ctx); err != nil {
 			return err
 		}
-		h, err := s.mgr.Ledger().Host(ctx, *p.HostID)
+		h, err := s.mgr.Ledger().Host(ctx, dcd.HostID(*p.HostID))
 		if err != nil {
 			return FromDomain(err, target)
 		}
@@ -259,7 +259,7 @@ func (s *Server) postChunk(c echo.Context) error {
 		return FromDomain(err, target)
 	}
 	if p.IsHost() {
-		if err := s.capacity.setOwner(ctx, ch, *p.HostID); err != nil {
+		if err := s.capacity.setOwner(ctx, ch, dcd.HostID(*p.HostID)); err != nil {
 			// Without the record the host could not see its chunk:
 			// take the reservation back.
 			if derr := s.mgr.DeleteChunk(context.WithoutCancel(ctx), ch.ID); derr != nil {
@@ -297,7 +297,7 @@ func chunkState(gs []dcd.Grant) string {
 func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 	var gs []dcd.Grant
 	for _, g := range v.chunkGrants(ch.ID) {
-		if p.CanSeeHost(g.Host) {
+		if p.CanSeeHost(HostID(g.Host)) {
 			gs = append(gs, g)
 		}
 	}
@@ -327,7 +327,7 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 	if ch.Name != "" {
 		oem["Name"] = ch.Name
 	}
-	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(h) {
+	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(HostID(h)) {
 		oem["Owner"] = SystemID(h)
 	}
 	st := status(chunkState(gs))

@@ -38,7 +38,7 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 	u := v.usage()
 	var lds []string
 	for _, h := range v.heads {
-		if p.CanSeeHost(dcd.HostID(h.LD)) {
+		if p.CanSeeHost(HostID(h.LD)) {
 			lds = append(lds, LogicalDeviceURI(dcd.HostID(h.LD)))
 		}
 	}
@@ -69,7 +69,7 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		oem["OrphanedMiB"] = mib(u.orphaned)
 	}
 	if p.IsHost() {
-		h := *p.HostID
+		h := dcd.HostID(*p.HostID)
 		oem["QuotaMiB"] = mib(v.quota(h)) // what limits it: its own quota, else the default
 		// HeldMiB is what counts against the quota: chunks the host
 		// reserved itself and those it holds or is being given.

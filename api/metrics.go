@@ -42,7 +42,7 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) registerServerGauges(s *Server) error {
+func (m *metrics) registerServerGauges(s *Service) error {
 	for _, g := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_sessions", Help: "Open Redfish sessions."},
 			func() float64 { return float64(s.auth.sessionCount()) }),
@@ -59,7 +59,7 @@ func (m *metrics) registerServerGauges(s *Server) error {
 }
 
 // Metrics is where resources register their own collectors (pool gauges).
-func (s *Server) Metrics() prometheus.Registerer { return s.metrics.reg }
+func (s *Service) Metrics() prometheus.Registerer { return s.metrics.reg }
 
 // middleware counts and times every request by route pattern (bounded
 // cardinality: unmatched paths share one label). It is the outermost
@@ -81,7 +81,7 @@ func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func (s *Server) metricsRoutes() {
+func (s *Service) metricsRoutes() {
 	h := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: nil})
 	s.Handle(http.MethodGet, "/metrics", PrivApplianceView, echo.WrapHandler(h))
 }

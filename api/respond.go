@@ -14,6 +14,9 @@ import (
 	"github.com/labstack/echo/v4"
 )
 
+// timeFormat is Redfish's Edm.DateTimeOffset.
+const timeFormat = "2006-01-02T15:04:05Z07:00"
+
 // Obj is a JSON object under construction (a resource body). encoding/json
 // writes its keys sorted, so bodies and ETags are deterministic.
 type Obj = map[string]any
@@ -48,14 +51,14 @@ func ETag(body []byte) string {
 	return `W/"` + hex.EncodeToString(sum[:12]) + `"`
 }
 
-func (s *Server) writeJSON(c echo.Context, status int, body []byte) error {
+func (s *Service) writeJSON(c echo.Context, status int, body []byte) error {
 	return c.Blob(status, "application/json; charset=utf-8", body)
 }
 
 // WriteResource answers with one resource: ETag of the full
 // representation, If-None-Match (304), then $select. status is 200 for
 // GET and PATCH, 201 for a create (see WriteCreated).
-func (s *Server) WriteResource(c echo.Context, status int, res any) error {
+func (s *Service) WriteResource(c echo.Context, status int, res any) error {
 	body, err := encodeJSON(res)
 	if err != nil {
 		return ErrInternal(err)
@@ -115,13 +118,13 @@ func setDescribedBy(c echo.Context, odataType any) {
 }
 
 // WriteCreated answers a create with 201, Location and the new resource.
-func (s *Server) WriteCreated(c echo.Context, uri string, res any) error {
+func (s *Service) WriteCreated(c echo.Context, uri string, res any) error {
 	c.Response().Header().Set("Location", uri)
 	return s.WriteResource(c, http.StatusCreated, res)
 }
 
 // NoContent answers a successful DELETE or action without a body.
-func (s *Server) NoContent(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+func (s *Service) NoContent(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
 
 // Collection is a resource collection to write.
 type Collection struct {
@@ -180,7 +183,7 @@ func collectionBody(col Collection, members []any, nextLink string) Obj {
 // WriteCollection answers with a collection: $top/$skip paging with
 // Members@odata.nextLink, $expand (one level, for collections that declare
 // Expand), $filter (for the same collections: filter.go) and $select.
-func (s *Server) WriteCollection(c echo.Context, col Collection) error {
+func (s *Service) WriteCollection(c echo.Context, col Collection) error {
 	q, qerr := parseQuery(c)
 	if qerr != nil {
 		return qerr
@@ -275,7 +278,7 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 // IfMatch checks the request's If-Match against current, the resource as
 // its GET would show it. No header passes; "*" passes for an existing
 // resource; otherwise one of the listed tags must match (weakly).
-func (s *Server) IfMatch(c echo.Context, current any) error {
+func (s *Service) IfMatch(c echo.Context, current any) error {
 	hdr := c.Request().Header.Get("If-Match")
 	if hdr == "" {
 		return nil

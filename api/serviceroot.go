@@ -16,8 +16,6 @@ const (
 
 	// redfishVersion is the DSP0266 version the service follows.
 	redfishVersion = "1.22.0"
-	// timeFormat is Redfish's Edm.DateTimeOffset.
-	timeFormat = "2006-01-02T15:04:05Z07:00"
 )
 
 // odataTypes lists every @odata.type the service emits; $metadata

@@ -32,7 +32,7 @@ type sessionServicePatch struct {
 	Name           string `json:"Name" rf:"readonly"`
 }
 
-func (s *Server) sessionRoutes() {
+func (s *Service) sessionRoutes() {
 	s.Handle(http.MethodGet, sessionServiceURI, PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.sessionService())
 	})
@@ -80,11 +80,11 @@ func (s *Server) sessionRoutes() {
 }
 
 // canSeeSession: administrators see every session, others their own.
-func (s *Server) canSeeSession(p *Principal, sess session) bool {
+func (s *Service) canSeeSession(p *Principal, sess session) bool {
 	return p.Has(PrivConfigureManager|PrivConfigureUsers) || sess.accountUID == p.AccountUID
 }
 
-func (s *Server) findSession(c echo.Context) (session, error) {
+func (s *Service) findSession(c echo.Context) (session, error) {
 	sess, ok := s.auth.session(c.Param("id"))
 	if !ok || !s.canSeeSession(PrincipalOf(c), sess) {
 		return session{}, ErrResourceNotFound("Session", c.Param("id"))
@@ -97,7 +97,7 @@ func (s *Server) findSession(c echo.Context) (session, error) {
 // a disabled account (signInError); the right password for an account
 // locked from this address says until when, and attempts too soon after
 // failures are 429 with Retry-After. A full session table is 503.
-func (s *Server) login(c echo.Context) error {
+func (s *Service) login(c echo.Context) error {
 	var req sessionCreate
 	if err := s.Decode(c, &req); err != nil {
 		return err
@@ -126,7 +126,7 @@ func (s *Server) login(c echo.Context) error {
 	return s.WriteCreated(c, sessionsURI+"/"+sess.ID, body)
 }
 
-func (s *Server) sessionBody(sess session) Obj {
+func (s *Service) sessionBody(sess session) Obj {
 	user := ""
 	if acct, ok := s.store.AccountByUID(sess.accountUID); ok {
 		user = acct.UserName
@@ -150,7 +150,7 @@ func (s *Server) sessionBody(sess session) Obj {
 	return o
 }
 
-func (s *Server) sessionService() Obj {
+func (s *Service) sessionService() Obj {
 	timeout, _, _ := s.auth.policy()
 	return Obj{
 		"@odata.id":      sessionServiceURI,
@@ -165,7 +165,7 @@ func (s *Server) sessionService() Obj {
 	}
 }
 
-func (s *Server) patchSessionService(c echo.Context) error {
+func (s *Service) patchSessionService(c echo.Context) error {
 	var req sessionServicePatch
 	if err := s.Decode(c, &req); err != nil {
 		return err

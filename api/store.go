@@ -15,8 +15,6 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
-	"cxlpool/dcd"
 )
 
 // AccountsFile is the accounts database's name inside the data directory.
@@ -118,7 +116,7 @@ type Account struct {
 	PasswordHash           string
 	Role                   string
 	Enabled                bool
-	HostID                 *dcd.HostID
+	HostID                 *HostID
 	PasswordChangeRequired bool
 	Created, Updated       time.Time
 }
@@ -133,7 +131,7 @@ type LogEntry struct {
 	Message   string
 	Args      []string
 	Origin    string
-	HostID    *dcd.HostID
+	HostID    *HostID
 	UserName  string
 	Method    string
 	URI       string
@@ -242,18 +240,18 @@ func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-func nullHost(h *dcd.HostID) any {
+func nullHost(h *HostID) any {
 	if h == nil {
 		return nil
 	}
 	return int64(*h)
 }
 
-func hostFrom(n sql.NullInt64) *dcd.HostID {
+func hostFrom(n sql.NullInt64) *HostID {
 	if !n.Valid {
 		return nil
 	}
-	h := dcd.HostID(n.Int64)
+	h := HostID(n.Int64)
 	return &h
 }
 
@@ -480,7 +478,7 @@ func scanLog(sc interface{ Scan(...any) error }) (LogEntry, error) {
 
 // LogEntries returns a log's entries, oldest first; host filters to the
 // entries about that host when non-nil.
-func (s *store) LogEntries(ctx context.Context, log string, host *dcd.HostID) ([]LogEntry, error) {
+func (s *store) LogEntries(ctx context.Context, log string, host *HostID) ([]LogEntry, error) {
 	q := `SELECT ` + logColumns + ` FROM log_entries WHERE log = ?`
 	args := []any{log}
 	if host != nil {

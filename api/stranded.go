@@ -146,7 +146,7 @@ func (c *capacity) announceLost(g dcd.Grant) {
 	if reason == "" {
 		reason = "the device no longer holds this capacity"
 	}
-	c.s.Publish(Event{MessageKey: MsgStatusCritical, Args: []string{uri, "Critical"}, Origin: uri, Host: &host,
+	c.s.Publish(Event{MessageKey: MsgStatusCritical, Args: []string{uri, "Critical"}, Origin: uri, Host: hostRef(host),
 		Resolution: fmt.Sprintf("%s's grant of memory chunk %d (Connection %d) was lost: %s. The host's data in it is gone. "+
 			"While no host holds the chunk it stays reserved and strands its capacity: free it (DELETE %s, or the "+
 			"#CxlPool.FreeStrandedChunks action of %s for every stranded chunk; poolctl free --stranded), or connect it "+
@@ -214,7 +214,7 @@ func (v *poolView) strandedBytes() uint64 {
 func lostGrantsBody(gs []dcd.Grant, p *Principal) []Obj {
 	out := make([]Obj, 0, len(gs))
 	for _, g := range gs {
-		if !p.CanSeeHost(g.Host) {
+		if !p.CanSeeHost(HostID(g.Host)) {
 			continue
 		}
 		out = append(out, Obj{"Connection": strconv.FormatInt(int64(g.ID), 10), "SystemId": SystemID(g.Host),

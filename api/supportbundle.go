@@ -540,7 +540,7 @@ func (s *Server) bundleConfig(ctx context.Context) (Obj, error) {
 		o := Obj{"Id": a.ID, "UserName": a.UserName, "Role": a.Role, "Enabled": a.Enabled,
 			"PasswordChangeRequired": a.PasswordChangeRequired, "Created": a.Created, "Updated": a.Updated}
 		if a.HostID != nil {
-			o["System"] = SystemID(*a.HostID)
+			o["System"] = SystemID(dcd.HostID(*a.HostID))
 		}
 		accounts = append(accounts, o)
 	}
@@ -723,7 +723,7 @@ func (s *Server) bundleLog(ctx context.Context, w io.Writer, log string) error {
 			o["MessageId"], o["MessageArgs"], o["Origin"] = e.MessageID, nonNil(e.Args), e.Origin
 		}
 		if e.HostID != nil {
-			o["System"] = SystemID(*e.HostID)
+			o["System"] = SystemID(dcd.HostID(*e.HostID))
 		}
 		out = append(out, o)
 	}

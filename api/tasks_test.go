@@ -26,7 +26,7 @@ import (
 func taskRoute(env *apitest.Env, path string, err error, release <-chan struct{}) <-chan *api.Task {
 	started := make(chan *api.Task, 4)
 	env.Server.Handle(http.MethodPost, path, api.PrivConfigureComponents|api.PrivHostCapacity, func(c echo.Context) error {
-		var host *dcd.HostID
+		var host *api.HostID
 		if p := api.PrincipalOf(c); p.HostID != nil {
 			host = p.HostID
 		}

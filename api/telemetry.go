@@ -278,7 +278,7 @@ func (t *telemetryAPI) visible(p *Principal, id string) bool {
 	case sc < 0:
 		return p.Has(PrivApplianceView)
 	}
-	return p.CanSeeHost(dcd.HostID(sc))
+	return p.CanSeeHost(HostID(sc))
 }
 
 func (t *telemetryAPI) members(p *Principal, base string) []string {

@@ -71,15 +71,6 @@ func (s *Server) applyTimes() []string {
 // UpdateParameters part and the multipart framing.
 func (s *Server) uploadLimit() int64 { return s.cfg.MaxImageBytes + 1<<20 }
 
-// bodyLimit is the request body bound for the route c matched: the push
-// URI takes an image, everything else MaxBodyBytes.
-func (s *Server) bodyLimit(c echo.Context) int64 {
-	if s.cfg.Update != nil && c.Path() == UpdateUploadURI {
-		return s.uploadLimit()
-	}
-	return s.cfg.MaxBodyBytes
-}
-
 // errApplyEnded tells the request's copy loop that Apply stopped reading
 // (it refused the image or failed), so the rest of the upload is moot.
 var errApplyEnded = errors.New("api: update: the image was no longer read")
@@ -90,7 +81,7 @@ func (s *Server) updatePushRoutes() {
 	}
 	// Only administrators: ConfigureManager (the box's own firmware) is
 	// the route's privilege and ConfigureComponents is checked too.
-	s.Handle(http.MethodPost, UpdateUploadURI, PrivConfigureManager, s.pushUpdate)
+	s.HandleUpload(UpdateUploadURI, PrivConfigureManager, s.uploadLimit(), s.pushUpdate)
 }
 
 func (s *Server) pushUpdate(c echo.Context) error {
