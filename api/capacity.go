@@ -75,9 +75,9 @@ func (s *Server) capacitySetup() {
 	if s.mgr == nil {
 		return
 	}
-	owners, err := s.store.ChunkOwners(s.ctx)
+	owners, err := s.owners.ChunkOwners(s.ctx)
 	if err != nil {
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: chunk owners: %w", err))
+		s.RouteError(fmt.Errorf("api: chunk owners: %w", err))
 		return
 	}
 	c := &capacity{s: s, owners: owners, lost: map[dcd.ChunkID][]dcd.Grant{}, announced: map[dcd.GrantID]bool{}}
@@ -87,7 +87,7 @@ func (s *Server) capacitySetup() {
 	// notification still to come.
 	if err := c.scanLost(s.ctx); err != nil {
 		cancel()
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: lost grants: %w", err))
+		s.RouteError(fmt.Errorf("api: lost grants: %w", err))
 		return
 	}
 	s.bg.Add(1)
@@ -111,7 +111,7 @@ func (s *Server) capacitySetup() {
 		}
 	}()
 	if err := s.Metrics().Register(&poolCollector{s: s}); err != nil {
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: pool gauges: %w", err))
+		s.RouteError(fmt.Errorf("api: pool gauges: %w", err))
 	}
 }
 
@@ -147,7 +147,7 @@ func (c *capacity) owner(ch dcd.Chunk) (dcd.HostID, bool) {
 }
 
 func (c *capacity) setOwner(ctx context.Context, ch dcd.Chunk, h dcd.HostID) error {
-	if err := c.s.store.AddChunkOwner(ctx, ch.ID, ch.Tag, h); err != nil {
+	if err := c.s.owners.AddChunkOwner(ctx, ch.ID, ch.Tag, h); err != nil {
 		return err
 	}
 	c.omu.Lock()
@@ -164,7 +164,7 @@ func (c *capacity) dropOwner(ctx context.Context, id dcd.ChunkID) error {
 	if !ok {
 		return nil
 	}
-	return c.s.store.DeleteChunkOwner(ctx, id)
+	return c.s.owners.DeleteChunkOwner(ctx, id)
 }
 
 // poolView is one consistent snapshot of the pool.

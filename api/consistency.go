@@ -120,7 +120,7 @@ func consistencyBody(rep dcd.InvariantReport, now time.Time) Obj {
 // addConsistencyAction lists the action in the Manager's Actions.Oem for
 // those who may run it.
 func (s *Server) addConsistencyAction(o Obj, p *Principal) {
-	if s.paths[consistencyTarget] == nil || !p.Has(PrivConfigureManager) {
+	if !s.Routed(consistencyTarget) || !p.Has(PrivConfigureManager) {
 		return
 	}
 	acts, _ := o["Actions"].(Obj)

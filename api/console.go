@@ -17,7 +17,7 @@ import (
 func (s *Server) consoleRoutes() {
 	con, err := webui.New()
 	if err != nil {
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: console: %w", err))
+		s.RouteError(fmt.Errorf("api: console: %w", err))
 		return
 	}
 	h := echo.WrapHandler(con)

@@ -127,7 +127,7 @@ func (s *Server) chassisBoard(o Obj) {
 // (when the board controller answers) and the reset action.
 func (s *Server) systemBoard(ctx context.Context, o Obj, h dcd.HostID) {
 	b := s.cfg.Board
-	if b == nil || s.paths[SystemsURI+"/:id/Actions/"+resetAction] == nil {
+	if b == nil || !s.Routed(SystemsURI+"/:id/Actions/"+resetAction) {
 		return
 	}
 	o["Actions"] = Obj{"#" + resetAction: Obj{

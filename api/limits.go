@@ -106,6 +106,12 @@ const hstsValue = "max-age=31536000; includeSubDomains"
 // login's; nothing else reads a body before its credentials are checked.
 const loginBodyLimit = 16 << 10
 
+// GuardListener holds the connections ln accepts to the transport's caps
+// (Transport.MaxConns and the unauthenticated bounds).
+func (s *Service) GuardListener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, t: s.conns}
+}
+
 // transport is the HTTP handler in front of echo: HSTS, the body's read
 // deadline and the response's write deadline. It works with any
 // http.Server; the connection caps come with the listener (ServeListener).

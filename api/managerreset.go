@@ -61,7 +61,7 @@ func (s *Server) resetManager(c echo.Context) error {
 // addManagerReset adds the Reset action to the Manager where it is
 // served.
 func (s *Server) addManagerReset(o Obj) {
-	if s.paths[managerResetTarget] == nil { // HasRoute is for GET routes
+	if !s.Routed(managerResetTarget) { // HasRoute is for GET routes
 		return
 	}
 	acts, _ := o["Actions"].(Obj)

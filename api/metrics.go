@@ -61,6 +61,9 @@ func (m *metrics) registerServerGauges(s *Service) error {
 // Metrics is where resources register their own collectors (pool gauges).
 func (s *Service) Metrics() prometheus.Registerer { return s.metrics.reg }
 
+// Gatherer reads the service's metrics (what /metrics shows).
+func (s *Service) Gatherer() prometheus.Gatherer { return s.metrics.reg }
+
 // middleware counts and times every request by route pattern (bounded
 // cardinality: unmatched paths share one label). It is the outermost
 // middleware, so it writes the error responses and sees their status.

@@ -201,10 +201,11 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	mgr      *dcd.Manager
-	capacity *capacity   // the pool resources' shared state (capacity.go)
-	certs    certState   // the served TLS certificate (certificates.go)
-	bundles  bundleState // support bundle collection (supportbundle.go)
-	updating atomic.Bool // a pushed image is being applied (updatepush.go)
+	capacity *capacity       // the pool resources' shared state (capacity.go)
+	owners   chunkOwnerTable // who reserved which chunk (chunkowners.go)
+	certs    certState       // the served TLS certificate (certificates.go)
+	bundles  bundleState     // support bundle collection (supportbundle.go)
+	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
 
 	ctx context.Context // the Service's: ends at Close
 	bg  sync.WaitGroup  // the resources' background work
@@ -226,7 +227,8 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context()}
+	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
+		owners: chunkOwnerTable{db: svc.store.DB(), clock: cfg.Clock}}
 	for _, register := range s.routes() {
 		register()
 	}
@@ -286,3 +288,5 @@ func (s *Server) Close() error {
 	s.bg.Wait()
 	return s.Service.Close()
 }
+
+func (s *Server) now() time.Time { return s.cfg.Clock().UTC() }

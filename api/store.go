@@ -162,6 +162,10 @@ type store struct {
 	accounts map[int64]Account
 }
 
+// DB is the accounts database, for the tables of the resources the
+// service serves (its migrations create them).
+func (s *store) DB() *sql.DB { return s.db }
+
 var errDuplicate = errors.New("duplicate")
 
 func openStore(ctx context.Context, path string, clock func() time.Time) (*store, error) {

@@ -731,16 +731,9 @@ func (s *Server) bundleLog(ctx context.Context, w io.Writer, log string) error {
 }
 
 func (s *Server) bundleTasks() []Obj {
-	e := s.tasks
-	e.mu.Lock()
-	ts := make([]*Task, 0, len(e.order))
-	for _, id := range e.order {
-		ts = append(ts, e.tasks[id])
-	}
-	e.mu.Unlock()
-	out := make([]Obj, 0, len(ts))
-	for _, t := range ts {
-		b := s.taskBody(t)
+	bodies := s.TaskBodies()
+	out := make([]Obj, 0, len(bodies))
+	for _, b := range bodies {
 		out = append(out, Obj{"Id": b["Id"], "Name": b["Name"], "TaskState": b["TaskState"], "StartTime": b["StartTime"],
 			"EndTime": b["EndTime"], "Messages": b["Messages"]})
 	}
@@ -749,7 +742,7 @@ func (s *Server) bundleTasks() []Obj {
 
 // bundleMetrics is /metrics at the moment of collection.
 func (s *Server) bundleMetrics(w io.Writer) error {
-	mfs, err := s.metrics.reg.Gather()
+	mfs, err := s.Gatherer().Gather()
 	for _, mf := range mfs {
 		if _, werr := expfmt.MetricFamilyToText(w, mf); werr != nil {
 			return werr

@@ -232,6 +232,23 @@ func (s *Service) Accepted(c echo.Context, t *Task) error {
 	return s.WriteResource(c, http.StatusAccepted, s.taskBody(t))
 }
 
+// TaskBodies are the Task resources the service keeps, in creation order
+// (the support bundle's).
+func (s *Service) TaskBodies() []Obj {
+	e := s.tasks
+	e.mu.Lock()
+	ts := make([]*Task, 0, len(e.order))
+	for _, id := range e.order {
+		ts = append(ts, e.tasks[id])
+	}
+	e.mu.Unlock()
+	out := make([]Obj, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, s.taskBody(t))
+	}
+	return out
+}
+
 func (s *Service) taskBody(t *Task) Obj {
 	t.mu.Lock()
 	defer t.mu.Unlock()

@@ -64,7 +64,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP b
 		// business; the tracker logs floods.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
-	ln = &limitListener{Listener: ln, t: s.conns}
+	ln = s.GuardListener(ln)
 	var renewed chan struct{}
 	if !plainHTTP {
 		if _, err := s.reloadCertificate(); err != nil {
