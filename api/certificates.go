@@ -11,6 +11,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"cxlpool/api/redfish"
 	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
@@ -241,17 +242,17 @@ type certRefusal struct {
 
 func (r *certRefusal) Error() string { return r.why }
 
-func (r *certRefusal) apiError(value string) *Error {
+func (r *certRefusal) apiError(value string) *redfish.Error {
 	key := "Base.ActionParameterValueError"
 	args := []any{"CertificateString", replaceCertAction}
 	if r.format {
 		key = "Base.ActionParameterValueFormatError"
 		args = []any{value, "CertificateString", replaceCertAction}
 	}
-	m := M(key, args...).WithRelated("CertificateString")
+	m := redfish.M(key, args...).WithRelated("CertificateString")
 	m.Resolution = "The certificate was not installed (the previous one is still served): " + r.why +
 		". Correct the certificate and resubmit the request."
-	return NewError(http.StatusBadRequest, m)
+	return redfish.NewError(http.StatusBadRequest, m)
 }
 
 // parsedCert is a replacement certificate: the chain (leaf first) and the
@@ -305,7 +306,7 @@ func parseCertPEM(data []byte) (parsedCert, *certRefusal) {
 func checkServable(pc parsedCert, now time.Time) *certRefusal {
 	leaf := pc.chain[0]
 	if now.After(leaf.NotAfter) {
-		return &certRefusal{why: "the certificate expired on " + leaf.NotAfter.UTC().Format(timeFormat)}
+		return &certRefusal{why: "the certificate expired on " + leaf.NotAfter.UTC().Format(redfish.TimeFormat)}
 	}
 	if len(leaf.ExtKeyUsage) > 0 && !slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageServerAuth) &&
 		!slices.Contains(leaf.ExtKeyUsage, x509.ExtKeyUsageAny) {
@@ -576,8 +577,8 @@ func colonHex(b []byte) string {
 }
 
 // identifier is a Certificate Identifier (Subject, Issuer).
-func identifier(n pkix.Name) Obj {
-	o := Obj{"DisplayString": n.String()}
+func identifier(n pkix.Name) redfish.Obj {
+	o := redfish.Obj{"DisplayString": n.String()}
 	if n.CommonName != "" {
 		o["CommonName"] = n.CommonName
 	}
@@ -605,7 +606,7 @@ func identifier(n pkix.Name) Obj {
 }
 
 // certificateResource is the Certificate resource of the HTTPS certificate.
-func (s *Server) certificateResource(cert *tls.Certificate) Obj {
+func (s *Server) certificateResource(cert *tls.Certificate) redfish.Obj {
 	leaf := leafOf(*cert)
 	var chainPEM strings.Builder
 	for _, der := range cert.Certificate {
@@ -637,7 +638,7 @@ func (s *Server) certificateResource(cert *tls.Certificate) Obj {
 	case now.Add(30 * 24 * time.Hour).After(leaf.NotAfter):
 		health = "Warning"
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":                httpsCertMemberURI,
 		"@odata.type":              "#Certificate.v1_11_0.Certificate",
 		"Id":                       "1",
@@ -648,31 +649,31 @@ func (s *Server) certificateResource(cert *tls.Certificate) Obj {
 		"CertificateUsageTypes":    []string{"Web"},
 		"Subject":                  subject,
 		"Issuer":                   identifier(leaf.Issuer),
-		"ValidNotBefore":           leaf.NotBefore.UTC().Format(timeFormat),
-		"ValidNotAfter":            leaf.NotAfter.UTC().Format(timeFormat),
+		"ValidNotBefore":           leaf.NotBefore.UTC().Format(redfish.TimeFormat),
+		"ValidNotAfter":            leaf.NotAfter.UTC().Format(redfish.TimeFormat),
 		"KeyUsage":                 keyUsages(leaf),
 		"SerialNumber":             colonHex(leaf.SerialNumber.Bytes()),
 		"Fingerprint":              strings.ToUpper(colonHex(sum[:])),
 		"FingerprintHashAlgorithm": "TPM_ALG_SHA256",
 		"SignatureAlgorithm":       sigAlg,
-		"Status":                   Obj{"State": "Enabled", "Health": health},
+		"Status":                   redfish.Obj{"State": "Enabled", "Health": health},
 	}
 }
 
-func (s *Server) certificateService() Obj {
-	return Obj{
+func (s *Server) certificateService() redfish.Obj {
+	return redfish.Obj{
 		"@odata.id":            certificateServiceURI,
 		"@odata.type":          "#CertificateService.v1_2_1.CertificateService",
 		"Id":                   "CertificateService",
 		"Name":                 "Certificate Service",
 		"Description":          "Replaces the HTTPS certificate and makes certificate signing requests whose key stays on the box",
-		"CertificateLocations": Link(certificateLocationsURI),
-		"Actions": Obj{
-			"#" + replaceCertAction: Obj{
+		"CertificateLocations": redfish.Link(certificateLocationsURI),
+		"Actions": redfish.Obj{
+			"#" + replaceCertAction: redfish.Obj{
 				"target": certificateServiceURI + "/Actions/" + replaceCertAction,
 				"CertificateType@Redfish.AllowableValues": []string{"PEM", "PEMchain"},
 			},
-			"#" + generateCSRAction: Obj{
+			"#" + generateCSRAction: redfish.Obj{
 				"target":              certificateServiceURI + "/Actions/" + generateCSRAction,
 				"@Redfish.ActionInfo": generateCSRActionInfoURI,
 				"KeyPairAlgorithm@Redfish.AllowableValues": []string{"TPM_ALG_ECDSA", "TPM_ALG_RSA"},
@@ -688,9 +689,9 @@ const generateCSRActionInfoURI = certificateServiceURI + "/GenerateCSRActionInfo
 
 // generateCSRActionInfo lists the parameters csrParamsFrom accepts, with
 // the values it allows.
-func generateCSRActionInfo() Obj {
-	str := func(name string, required bool) Obj {
-		return Obj{"Name": name, "Required": required, "DataType": "String"}
+func generateCSRActionInfo() redfish.Obj {
+	str := func(name string, required bool) redfish.Obj {
+		return redfish.Obj{"Name": name, "Required": required, "DataType": "String"}
 	}
 	var usages []string
 	for _, k := range keyUsageNames {
@@ -703,12 +704,12 @@ func generateCSRActionInfo() Obj {
 	alg["AllowableValues"] = []string{"TPM_ALG_ECDSA", "TPM_ALG_ECC", "TPM_ALG_RSA"}
 	curve := str("KeyCurveId", false)
 	curve["AllowableValues"] = []string{"TPM_ECC_NIST_P256", "TPM_ECC_NIST_P384"}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":   generateCSRActionInfoURI,
 		"@odata.type": "#ActionInfo.v1_5_0.ActionInfo",
 		"Id":          "GenerateCSRActionInfo",
 		"Name":        "GenerateCSR Action Info",
-		"Parameters": []Obj{
+		"Parameters": []redfish.Obj{
 			str("CommonName", true),
 			{"Name": "CertificateCollection", "Required": true, "DataType": "Object",
 				"ObjectDataType":  "#CertificateCollection.CertificateCollection",
@@ -768,8 +769,8 @@ func linkParam(v any) (string, bool) {
 	return "", false
 }
 
-func actionErr(key string, args ...any) *Error {
-	return NewError(http.StatusBadRequest, M(key, args...))
+func actionErr(key string, args ...any) *redfish.Error {
+	return redfish.NewError(http.StatusBadRequest, redfish.M(key, args...))
 }
 
 var (
@@ -778,7 +779,7 @@ var (
 )
 
 // csrParamsFrom checks GenerateCSR's parameters.
-func csrParamsFrom(req generateCSRRequest) (csrParams, *Error) {
+func csrParamsFrom(req generateCSRRequest) (csrParams, *redfish.Error) {
 	var p csrParams
 	const act = generateCSRAction
 	if req.CommonName == nil {
@@ -795,7 +796,7 @@ func csrParamsFrom(req generateCSRRequest) (csrParams, *Error) {
 		return p, actionErr("Base.ActionParameterValueFormatError", *req.CommonName, "CommonName", act)
 	}
 	p.subject.CommonName = cn
-	str := func(v *string, prop string, max int, dst *[]string) *Error {
+	str := func(v *string, prop string, max int, dst *[]string) *redfish.Error {
 		if v == nil || *v == "" {
 			return nil
 		}
@@ -912,44 +913,44 @@ func csrParamsFrom(req generateCSRRequest) (csrParams, *Error) {
 }
 
 func (s *Server) certificateRoutes() {
-	s.Handle(http.MethodGet, certificateServiceURI, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, certificateServiceURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.certificateService())
 	})
-	s.Handle(http.MethodGet, certificateLocationsURI, PrivApplianceView, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, Obj{
+	s.Handle(http.MethodGet, certificateLocationsURI, redfish.PrivApplianceView, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, redfish.Obj{
 			"@odata.id":   certificateLocationsURI,
 			"@odata.type": "#CertificateLocations.v1_0_4.CertificateLocations",
 			"Id":          "CertificateLocations",
 			"Name":        "Certificate Locations",
 			"Description": "Every certificate installed on the box",
-			"Links":       Obj{"Certificates": Links(httpsCertMemberURI), "Certificates@odata.count": 1},
+			"Links":       redfish.Obj{"Certificates": redfish.Links(httpsCertMemberURI), "Certificates@odata.count": 1},
 		})
 	})
-	s.Handle(http.MethodGet, httpsCertCollectionURI, PrivApplianceView, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{
+	s.Handle(http.MethodGet, httpsCertCollectionURI, redfish.PrivApplianceView, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{
 			ODataID: httpsCertCollectionURI, ODataType: "#CertificateCollection.CertificateCollection",
 			Name: "HTTPS Certificates", Members: []string{httpsCertMemberURI},
 			Expand: func(string) (any, error) {
 				cert, err := s.tlsCertificate()
 				if err != nil {
-					return nil, ErrInternal(err)
+					return nil, redfish.ErrInternal(err)
 				}
 				return s.certificateResource(cert), nil
 			},
 		})
 	})
-	s.Handle(http.MethodGet, httpsCertMemberURI, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, httpsCertMemberURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		cert, err := s.tlsCertificate()
 		if err != nil {
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
 		return s.WriteResource(c, http.StatusOK, s.certificateResource(cert))
 	})
-	s.Handle(http.MethodGet, generateCSRActionInfoURI, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, generateCSRActionInfoURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, generateCSRActionInfo())
 	})
-	s.Handle(http.MethodPost, certificateServiceURI+"/Actions/"+replaceCertAction, PrivConfigureManager, s.replaceCertificate)
-	s.Handle(http.MethodPost, certificateServiceURI+"/Actions/"+generateCSRAction, PrivConfigureManager, func(c echo.Context) error {
+	s.Handle(http.MethodPost, certificateServiceURI+"/Actions/"+replaceCertAction, redfish.PrivConfigureManager, s.replaceCertificate)
+	s.Handle(http.MethodPost, certificateServiceURI+"/Actions/"+generateCSRAction, redfish.PrivConfigureManager, func(c echo.Context) error {
 		var req generateCSRRequest
 		if err := s.Decode(c, &req); err != nil {
 			return err
@@ -960,12 +961,12 @@ func (s *Server) certificateRoutes() {
 		}
 		csr, err := s.generateCSR(p)
 		if err != nil {
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
 		s.log.Info("generated a certificate signing request; its key waits for the certificate", "subject", p.subject.String())
-		return s.WriteResource(c, http.StatusOK, Obj{
+		return s.WriteResource(c, http.StatusOK, redfish.Obj{
 			"CSRString":             string(csr),
-			"CertificateCollection": Link(httpsCertCollectionURI),
+			"CertificateCollection": redfish.Link(httpsCertCollectionURI),
 		})
 	})
 }
@@ -991,7 +992,7 @@ func (s *Server) replaceCertificate(c echo.Context) error {
 	}
 	uri, ok := linkParam(req.CertificateURI)
 	if !ok {
-		return actionErr("Base.ActionParameterValueTypeError", valueText(req.CertificateURI), "CertificateUri", act)
+		return actionErr("Base.ActionParameterValueTypeError", redfish.ValueText(req.CertificateURI), "CertificateUri", act)
 	}
 	if uri != httpsCertMemberURI {
 		return actionErr("Base.ActionParameterValueError", "CertificateUri", act)
@@ -1002,12 +1003,12 @@ func (s *Server) replaceCertificate(c echo.Context) error {
 		if errors.As(err, &ref) {
 			return ref.apiError(fmt.Sprintf("(%d characters)", len(*req.CertificateString)))
 		}
-		return ErrInternal(fmt.Errorf("api: tls: replacing the certificate: %w", err))
+		return redfish.ErrInternal(fmt.Errorf("api: tls: replacing the certificate: %w", err))
 	}
 	leaf := leafOf(*cert)
 	s.log.Info("TLS certificate replaced; new connections get it", "subject", leaf.Subject.String(),
 		"issuer", leaf.Issuer.String(), "not_after", leaf.NotAfter)
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: httpsCertMemberURI})
 	c.Response().Header().Set("Location", httpsCertMemberURI)
 	return s.WriteResource(c, http.StatusOK, s.certificateResource(cert))
 }
@@ -1026,7 +1027,7 @@ func (s *Server) renewLoop(ctx context.Context) {
 		case err != nil:
 			s.log.Error("renewing the self-signed TLS certificate; the current one is served on", "err", err)
 		case renewed:
-			s.Publish(Event{MessageKey: MsgResourceChanged, Origin: httpsCertMemberURI})
+			s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: httpsCertMemberURI})
 		}
 		select {
 		case <-ctx.Done():

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/webui"
 )
 
@@ -22,6 +23,6 @@ func (s *Server) consoleRoutes() {
 	}
 	h := echo.WrapHandler(con)
 	for _, p := range webui.Routes() {
-		s.Handle(http.MethodGet, p, Public, h)
+		s.Handle(http.MethodGet, p, redfish.Public, h)
 	}
 }

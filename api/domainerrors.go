@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
@@ -13,13 +14,13 @@ import (
 
 // errQuota is 409 for capacity a host's quota has no room for, naming the
 // quota and what would still fit.
-func errQuota(h dcd.HostID, quota, used, need uint64) *Error {
+func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
 	room := quota - min(used, quota)
 	fits := fmt.Sprintf("at most %d MiB would", mib(room))
 	if room == 0 {
 		fits = "nothing more does"
 	}
-	return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource", Resolution: fmt.Sprintf(
+	return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.CreateLimitReachedForResource", Resolution: fmt.Sprintf(
 		"%s's quota (Oem.CxlPool.QuotaMiB of %s) is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
 			"(%s): release capacity from %s, or have an administrator or operator raise its quota "+
 			"(where that is 0, the default Oem.CxlPool.DefaultHostQuotaMiB of %s applies).",
@@ -37,36 +38,36 @@ const (
 // sentinels meet HTTP: every sentinel has a row here, and TestFromDomain
 // checks that none is forgotten. An error that is already an *Error passes
 // through; anything else is a 500 (a bug) with the cause logged.
-func FromDomain(err error, t Target) *Error {
+func FromDomain(err error, t redfish.Target) *redfish.Error {
 	if err == nil {
 		return nil
 	}
-	var e *Error
+	var e *redfish.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	general := func(status int, resolution string) *Error {
-		return NewError(status, Msg{Key: "Base.GeneralError", Resolution: resolution}).WithCause(err)
+	general := func(status int, resolution string) *redfish.Error {
+		return redfish.NewError(status, redfish.Msg{Key: "Base.GeneralError", Resolution: resolution}).WithCause(err)
 	}
 	switch {
 	case errors.Is(err, dcd.ErrNotFound):
-		return ErrResourceNotFound(t.Type, t.ID).WithCause(err)
+		return redfish.ErrResourceNotFound(t.Type, t.ID).WithCause(err)
 	case errors.Is(err, dcd.ErrNoCapacity):
-		return NewError(http.StatusConflict, M("Base.ResourceExhaustion", t.URI)).WithCause(err)
+		return redfish.NewError(http.StatusConflict, redfish.M("Base.ResourceExhaustion", t.URI)).WithCause(err)
 	case errors.Is(err, dcd.ErrQuotaExceeded):
 		// The registry's resolution speaks of deleting resources; say
 		// which limit it is (the host's Oem.CxlPool.QuotaMiB).
-		return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource",
+		return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.CreateLimitReachedForResource",
 			Resolution: "The host's quota (Oem.CxlPool.QuotaMiB of its ComputerSystem or, where that is 0, the pool's " +
 				"default Oem.CxlPool.DefaultHostQuotaMiB on MemoryDomains/Pool) leaves no room for this capacity: " +
 				"release capacity from the host, or have an administrator raise its quota."}).WithCause(err)
 	case errors.Is(err, dcd.ErrNotSharable): // before ErrConflict, which the ledger wraps it with
-		m := M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
+		m := redfish.M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
 		m.Resolution = "The chunk is in a DC region that is not sharable, so it is connected to one host at a time: " +
 			"release it first, or share a chunk reserved in a sharable region (Oem.CxlPool.Sharable)."
-		return NewError(http.StatusConflict, m).WithCause(err)
+		return redfish.NewError(http.StatusConflict, m).WithCause(err)
 	case errors.Is(err, dcd.ErrConflict):
-		return ErrResourceInUse().WithCause(err)
+		return redfish.ErrResourceInUse().WithCause(err)
 	case errors.Is(err, dcd.ErrInvalid):
 		return general(http.StatusBadRequest, "The request is not valid for this resource: "+
 			domainReason(err)+". Correct the request and resubmit it.")
@@ -82,9 +83,9 @@ func FromDomain(err error, t Target) *Error {
 		return general(http.StatusConflict, "The host's head is being power-cycled or is powered off, and its "+
 			"capacity is fenced. Retry after the head is powered on again.")
 	case errors.Is(err, bmc.ErrNotFound):
-		return ErrResourceNotFound(t.Type, t.ID).WithCause(err)
+		return redfish.ErrResourceNotFound(t.Type, t.ID).WithCause(err)
 	case errors.Is(err, bmc.ErrUnavailable):
-		e := ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		e := redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
 		e.Messages[0].Resolution = "The board controller does not answer on the device link, or the sensor, fan, " +
 			"power supply or head cannot be read or driven now. Board readings and controls are unavailable " +
 			"until it answers; retry later."
@@ -95,20 +96,20 @@ func FromDomain(err error, t Target) *Error {
 	case errors.Is(err, bmc.ErrUnsupported):
 		return general(http.StatusBadRequest, "The board does not support this operation: "+domainReason(err)+".")
 	case errors.Is(err, bmc.ErrBusy):
-		return ErrResourceInUse().WithCause(err)
+		return redfish.ErrResourceInUse().WithCause(err)
 	case errors.Is(err, dcd.ErrDeviceBusy):
-		return ErrServiceUnavailable(retryBusySeconds).WithCause(err)
+		return redfish.ErrServiceUnavailable(retryBusySeconds).WithCause(err)
 	case errors.Is(err, dcd.ErrDeviceUnreachable), errors.Is(err, fabric.ErrTimeout), errors.Is(err, fabric.ErrClosed):
-		e := ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		e := redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
 		e.Messages[0].Resolution = "The memory device does not answer on its link (the link is down or being " +
 			"re-established). Retry after the time in Retry-After."
 		return e
 	case errors.Is(err, dcd.ErrDevice):
-		return NewError(http.StatusInternalServerError, M("Base.UndeterminedFault", "DCD")).WithCause(err)
+		return redfish.NewError(http.StatusInternalServerError, redfish.M("Base.UndeterminedFault", "DCD")).WithCause(err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		return redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
 	}
-	return ErrInternal(err)
+	return redfish.ErrInternal(err)
 }
 
 // domainReason is the innermost text of a wrapped domain error, which says

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 )
 
 // The manager's log services (logEvent and logAudit are in audit.go).
@@ -19,8 +20,8 @@ func logEntryURI(log string, id int64) string {
 }
 
 func (s *Server) logRoutes() {
-	s.Handle(http.MethodGet, logServicesURI, PrivApplianceView, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{
+	s.Handle(http.MethodGet, logServicesURI, redfish.PrivApplianceView, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{
 			ODataID: logServicesURI, ODataType: "#LogServiceCollection.LogServiceCollection",
 			Name: "Log Services", Members: s.logServiceMembers(),
 			Expand: func(uri string) (any, error) {
@@ -31,58 +32,58 @@ func (s *Server) logRoutes() {
 			},
 		})
 	})
-	for _, log := range []string{logEvent, logAudit} {
-		s.Handle(http.MethodGet, logServiceURI(log), PrivApplianceView, func(c echo.Context) error {
+	for _, log := range []string{redfish.LogEvent, redfish.LogAudit} {
+		s.Handle(http.MethodGet, logServiceURI(log), redfish.PrivApplianceView, func(c echo.Context) error {
 			return s.WriteResource(c, http.StatusOK, s.logService(log))
 		})
-		s.Handle(http.MethodGet, logServiceURI(log)+"/Entries", PrivApplianceView, func(c echo.Context) error {
-			entries, err := s.store.LogEntries(c.Request().Context(), log, nil)
+		s.Handle(http.MethodGet, logServiceURI(log)+"/Entries", redfish.PrivApplianceView, func(c echo.Context) error {
+			entries, err := s.Store().LogEntries(c.Request().Context(), log, nil)
 			if err != nil {
-				return ErrInternal(err)
+				return redfish.ErrInternal(err)
 			}
-			byURI := map[string]LogEntry{}
+			byURI := map[string]redfish.LogEntry{}
 			uris := make([]string, len(entries))
 			for i, e := range entries {
 				uris[i] = logEntryURI(log, e.ID)
 				byURI[uris[i]] = e
 			}
-			return s.WriteCollection(c, Collection{
+			return s.WriteCollection(c, redfish.Collection{
 				ODataID: logServiceURI(log) + "/Entries", ODataType: "#LogEntryCollection.LogEntryCollection",
 				Name: log + " Entries", Members: uris,
 				Expand:     func(uri string) (any, error) { return s.logEntry(byURI[uri]), nil },
 				AutoExpand: true,
 			})
 		})
-		s.Handle(http.MethodGet, logServiceURI(log)+"/Entries/:id", PrivApplianceView, func(c echo.Context) error {
+		s.Handle(http.MethodGet, logServiceURI(log)+"/Entries/:id", redfish.PrivApplianceView, func(c echo.Context) error {
 			id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 			if err != nil {
-				return ErrResourceNotFound("LogEntry", c.Param("id"))
+				return redfish.ErrResourceNotFound("LogEntry", c.Param("id"))
 			}
-			e, ok, err := s.store.LogEntry(c.Request().Context(), log, id)
+			e, ok, err := s.Store().LogEntry(c.Request().Context(), log, id)
 			if err != nil {
-				return ErrInternal(err)
+				return redfish.ErrInternal(err)
 			}
 			if !ok {
-				return ErrResourceNotFound("LogEntry", c.Param("id"))
+				return redfish.ErrResourceNotFound("LogEntry", c.Param("id"))
 			}
 			return s.WriteResource(c, http.StatusOK, s.logEntry(e))
 		})
 	}
 	// The event log may be cleared by an administrator; the audit log
 	// may not (it would erase the trace of the clearing).
-	clearURI := logServiceURI(logEvent) + "/Actions/LogService.ClearLog"
-	s.Handle(http.MethodPost, clearURI, PrivConfigureManager, func(c echo.Context) error {
+	clearURI := logServiceURI(redfish.LogEvent) + "/Actions/LogService.ClearLog"
+	s.Handle(http.MethodPost, clearURI, redfish.PrivConfigureManager, func(c echo.Context) error {
 		var body struct{}
 		if c.Request().ContentLength != 0 {
 			if err := s.Decode(c, &body); err != nil {
 				return err
 			}
 		}
-		if err := s.IfMatch(c, s.logService(logEvent)); err != nil {
+		if err := s.IfMatch(c, s.logService(redfish.LogEvent)); err != nil {
 			return err
 		}
-		if err := s.store.ClearLog(c.Request().Context(), logEvent); err != nil {
-			return ErrInternal(err)
+		if err := s.Store().ClearLog(c.Request().Context(), redfish.LogEvent); err != nil {
+			return redfish.ErrInternal(err)
 		}
 		return s.NoContent(c)
 	})
@@ -91,30 +92,30 @@ func (s *Server) logRoutes() {
 // logServiceMembers lists the log services, with the Diagnostic one
 // (supportbundle.go) where it is served.
 func (s *Server) logServiceMembers() []string {
-	m := []string{logServiceURI(logAudit)}
+	m := []string{logServiceURI(redfish.LogAudit)}
 	if s.HasRoute(logServiceURI(logDiagnostic)) {
 		m = append(m, logServiceURI(logDiagnostic))
 	}
-	return append(m, logServiceURI(logEvent))
+	return append(m, logServiceURI(redfish.LogEvent))
 }
 
-func (s *Server) logService(log string) Obj {
-	o := Obj{
+func (s *Server) logService(log string) redfish.Obj {
+	o := redfish.Obj{
 		"@odata.id":          logServiceURI(log),
 		"@odata.type":        "#LogService.v1_9_0.LogService",
 		"Id":                 log,
 		"ServiceEnabled":     true,
 		"MaxNumberOfRecords": s.cfg.LogLimit,
 		"OverWritePolicy":    "WrapsWhenFull",
-		"Entries":            Link(logServiceURI(log) + "/Entries"),
-		"Status":             Obj{"State": "Enabled", "Health": "OK"},
+		"Entries":            redfish.Link(logServiceURI(log) + "/Entries"),
+		"Status":             redfish.Obj{"State": "Enabled", "Health": "OK"},
 		"LogEntryType":       "Event",
 	}
-	if log == logEvent {
+	if log == redfish.LogEvent {
 		o["Name"] = "Event Log"
 		o["Description"] = "Capacity, host link and service events"
 		o["LogPurposes"] = []string{"Diagnostic", "Operations"}
-		o["Actions"] = Obj{"#LogService.ClearLog": Obj{"target": logServiceURI(log) + "/Actions/LogService.ClearLog"}}
+		o["Actions"] = redfish.Obj{"#LogService.ClearLog": redfish.Obj{"target": logServiceURI(log) + "/Actions/LogService.ClearLog"}}
 	} else {
 		o["Name"] = "Audit Log"
 		o["Description"] = "Every change request: who, what, when and its result"
@@ -124,33 +125,33 @@ func (s *Server) logService(log string) Obj {
 	return o
 }
 
-func (s *Server) logEntry(e LogEntry) Obj {
-	o := Obj{
+func (s *Server) logEntry(e redfish.LogEntry) redfish.Obj {
+	o := redfish.Obj{
 		"@odata.id":   logEntryURI(e.Log, e.ID),
 		"@odata.type": "#LogEntry.v1_21_0.LogEntry",
 		"Id":          strconv.FormatInt(e.ID, 10),
 		"Name":        e.Log + " Entry " + strconv.FormatInt(e.ID, 10),
-		"Created":     e.Created.Format(timeFormat),
+		"Created":     e.Created.Format(redfish.TimeFormat),
 		"Severity":    e.Severity,
 		"Message":     e.Message,
 	}
-	if e.Log == logAudit {
+	if e.Log == redfish.LogAudit {
 		o["EntryType"] = "Oem"
 		o["OemRecordFormat"] = "CxlPoolAudit"
 		o["Username"] = e.UserName
-		o["MessageId"], o["MessageArgs"] = e.MessageID, nonNil(e.Args)
+		o["MessageId"], o["MessageArgs"] = e.MessageID, redfish.NonNil(e.Args)
 		if e.MessageID == "" { // written before audit entries had one
-			o["MessageId"], _ = s.auditMessage(e.Status, nil)
+			o["MessageId"], _ = s.AuditMessage(e.Status, nil)
 		}
-		o["Oem"] = oemschema.Oem("LogEntry", Obj{"Method": e.Method, "URI": e.URI, "StatusCode": e.Status, "Client": e.Client})
+		o["Oem"] = oemschema.Oem("LogEntry", redfish.Obj{"Method": e.Method, "URI": e.URI, "StatusCode": e.Status, "Client": e.Client})
 		return o
 	}
 	o["EntryType"] = "Event"
 	o["MessageId"] = e.MessageID
-	o["MessageArgs"] = nonNil(e.Args)
-	o["EventTimestamp"] = e.Created.Format(timeFormat)
+	o["MessageArgs"] = redfish.NonNil(e.Args)
+	o["EventTimestamp"] = e.Created.Format(redfish.TimeFormat)
 	if e.Origin != "" {
-		o["Links"] = Obj{"OriginOfCondition": Link(e.Origin)}
+		o["Links"] = redfish.Obj{"OriginOfCondition": redfish.Link(e.Origin)}
 	}
 	return o
 }

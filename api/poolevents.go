@@ -1,6 +1,9 @@
 package api
 
-import "cxlpool/dcd"
+import (
+	"cxlpool/api/redfish"
+	"cxlpool/dcd"
+)
 
 // startFeeders announces the grants lost before the start and turns the
 // Manager's changes into events until Close.
@@ -32,43 +35,43 @@ func (s *Server) startFeeders() {
 
 // changeEvents maps a capacity change to the events clients see, with the
 // URIs of the resources it touched (see uris.go).
-func changeEvents(c dcd.Change) []Event {
+func changeEvents(c dcd.Change) []redfish.Event {
 	host := hostRef
 	switch c.Kind {
 	case dcd.ChangeChunk:
-		key := MsgResourceChanged
+		key := redfish.MsgResourceChanged
 		switch c.Message {
 		case "reserved":
-			key = MsgResourceCreated
+			key = redfish.MsgResourceCreated
 		case "deleted":
-			key = MsgResourceRemoved
+			key = redfish.MsgResourceRemoved
 		}
-		return []Event{{MessageKey: key, Origin: ChunkURI(c.Chunk)}}
+		return []redfish.Event{{MessageKey: key, Origin: ChunkURI(c.Chunk)}}
 	case dcd.ChangeGrant:
 		if c.Grant == nil {
 			return nil
 		}
-		key := MsgStateChanged
+		key := redfish.MsgStateChanged
 		args := []string{ConnectionURI(c.Grant.ID), string(c.Grant.State)}
 		switch c.Grant.State {
 		case dcd.GrantAdding:
-			key, args = MsgResourceCreated, nil
+			key, args = redfish.MsgResourceCreated, nil
 		case dcd.GrantReleased:
-			key, args = MsgResourceRemoved, nil
+			key, args = redfish.MsgResourceRemoved, nil
 		}
-		return []Event{{MessageKey: key, Args: args, Origin: ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
+		return []redfish.Event{{MessageKey: key, Args: args, Origin: ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
 	case dcd.ChangeHost:
 		if c.Message == dcd.QuotaChanged { // a setting, not a state (systempatch.go)
-			return []Event{{MessageKey: MsgResourceChanged, Origin: SystemURI(c.Host), Host: host(c.Host)}}
+			return []redfish.Event{{MessageKey: redfish.MsgResourceChanged, Origin: SystemURI(c.Host), Host: host(c.Host)}}
 		}
-		return []Event{{MessageKey: MsgStateChanged, Args: []string{SystemURI(c.Host), c.Message},
+		return []redfish.Event{{MessageKey: redfish.MsgStateChanged, Args: []string{SystemURI(c.Host), c.Message},
 			Origin: SystemURI(c.Host), Host: host(c.Host)}}
 	case dcd.ChangeOrphan, dcd.ChangeDevice:
 		msg := c.Message
 		if msg == "" {
 			msg = string(c.Kind)
 		}
-		return []Event{{MessageKey: MsgStateChanged, Args: []string{DCDURI, msg}, Origin: DCDURI}}
+		return []redfish.Event{{MessageKey: redfish.MsgStateChanged, Args: []string{DCDURI, msg}, Origin: DCDURI}}
 	}
 	return nil
 }

@@ -36,6 +36,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
@@ -70,7 +71,7 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (1 MiB).
 	MaxBodyBytes int64
 	// Lockout is the initial account lockout policy.
-	Lockout Lockout
+	Lockout redfish.Lockout
 	// MaxSessionsPerAccount bounds one account's sessions (16); its
 	// next login ends its least recently used session.
 	MaxSessionsPerAccount int
@@ -135,8 +136,14 @@ type Config struct {
 	StartCheck func(context.Context) (dcd.InvariantReport, error)
 	// Transport bounds the listener's timeouts and connections
 	// (limits.go).
-	Transport Transport
+	Transport redfish.Transport
 }
+
+// Lockout and Transport are the protocol's policies, set through Config.
+type (
+	Lockout   = redfish.Lockout
+	Transport = redfish.Transport
+)
 
 func (c *Config) defaults() {
 	if c.Logger == nil {
@@ -190,14 +197,14 @@ func (c *Config) defaults() {
 	if c.FirmwareVersion == "" {
 		c.FirmwareVersion = "dev"
 	}
-	c.Transport.defaults()
+	c.Transport.Defaults()
 }
 
 // Server is cxlpool's Redfish service: the protocol (Service) serving
 // the pool's resources. Create it with New, serve Handler (or call Serve)
 // and Close it when done.
 type Server struct {
-	*Service
+	*redfish.Service
 	cfg      Config
 	log      *slog.Logger
 	mgr      *dcd.Manager
@@ -215,7 +222,7 @@ type Server struct {
 // start), builds the routes and starts the background feeders.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
-	svc, err := NewService(ServiceConfig{
+	svc, err := redfish.NewService(redfish.ServiceConfig{
 		DataDir: cfg.DataDir, Logger: cfg.Logger, Clock: cfg.Clock,
 		AdminPassword: cfg.AdminPassword, Out: cfg.Out, SessionTimeout: cfg.SessionTimeout,
 		MaxBodyBytes: cfg.MaxBodyBytes, Lockout: cfg.Lockout, MaxSessionsPerAccount: cfg.MaxSessionsPerAccount,
@@ -228,7 +235,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
-		owners: chunkOwnerTable{db: svc.store.DB(), clock: cfg.Clock}}
+		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
 	for _, register := range s.routes() {
 		register()
 	}
@@ -284,7 +291,7 @@ func (s *Server) routes() []func() {
 // Close stops background work and event streams and closes the accounts
 // database. In-flight tasks are cancelled.
 func (s *Server) Close() error {
-	s.Service.stop()
+	s.Service.Stop()
 	s.bg.Wait()
 	return s.Service.Close()
 }

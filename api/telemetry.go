@@ -20,6 +20,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 	"cxlpool/hmu"
@@ -165,57 +166,57 @@ type streamTicket struct {
 
 func (s *Server) telemetryRoutes() {
 	t := &telemetryAPI{s: s, tel: s.cfg.Telemetry, tickets: map[[sha256.Size]byte]streamTicket{}}
-	s.Handle(http.MethodGet, telemetryServiceURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, t.service(PrincipalOf(c)))
+	s.Handle(http.MethodGet, telemetryServiceURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, t.service(redfish.PrincipalOf(c)))
 	})
-	s.Handle(http.MethodPatch, telemetryServiceURI, PrivConfigureManager, t.patchService)
-	s.Handle(http.MethodGet, metricDefinitionsURI, PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodPatch, telemetryServiceURI, redfish.PrivConfigureManager, t.patchService)
+	s.Handle(http.MethodGet, metricDefinitionsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		var ids []string
 		for _, d := range metricDefinitions {
 			ids = append(ids, metricDefinitionsURI+"/"+d.id)
 		}
-		return s.WriteCollection(c, Collection{ODataID: metricDefinitionsURI, ODataType: "#MetricDefinitionCollection.MetricDefinitionCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: metricDefinitionsURI, ODataType: "#MetricDefinitionCollection.MetricDefinitionCollection",
 			Name: "Metric Definitions", Members: ids, Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, metricDefinitionsURI)
 				return metricDefinition(id), nil
 			}})
 	}))
-	s.Handle(http.MethodGet, metricDefinitionsURI+"/:id", PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, metricDefinitionsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		d := metricDefinition(c.Param("id"))
 		if d == nil {
-			return ErrResourceNotFound("MetricDefinition", c.Param("id"))
+			return redfish.ErrResourceNotFound("MetricDefinition", c.Param("id"))
 		}
 		return s.WriteResource(c, http.StatusOK, d)
 	}))
-	s.Handle(http.MethodGet, reportDefinitionsURI, PrivLogin, t.enabled(func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{ODataID: reportDefinitionsURI,
+	s.Handle(http.MethodGet, reportDefinitionsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: reportDefinitionsURI,
 			ODataType: "#MetricReportDefinitionCollection.MetricReportDefinitionCollection",
-			Name:      "Metric Report Definitions", Members: t.members(PrincipalOf(c), reportDefinitionsURI),
+			Name:      "Metric Report Definitions", Members: t.members(redfish.PrincipalOf(c), reportDefinitionsURI),
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, reportDefinitionsURI)
 				return t.definition(id), nil
 			}})
 	}))
-	s.Handle(http.MethodGet, reportDefinitionsURI+"/:id", PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, reportDefinitionsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		id := c.Param("id")
-		if !t.visible(PrincipalOf(c), id) {
-			return ErrResourceNotFound("MetricReportDefinition", id)
+		if !t.visible(redfish.PrincipalOf(c), id) {
+			return redfish.ErrResourceNotFound("MetricReportDefinition", id)
 		}
 		return s.WriteResource(c, http.StatusOK, t.definition(id))
 	}))
-	s.Handle(http.MethodGet, metricReportsURI, PrivLogin, t.enabled(func(c echo.Context) error {
-		p := PrincipalOf(c)
-		return s.WriteCollection(c, Collection{ODataID: metricReportsURI, ODataType: "#MetricReportCollection.MetricReportCollection",
+	s.Handle(http.MethodGet, metricReportsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+		p := redfish.PrincipalOf(c)
+		return s.WriteCollection(c, redfish.Collection{ODataID: metricReportsURI, ODataType: "#MetricReportCollection.MetricReportCollection",
 			Name: "Metric Reports", Members: t.members(p, metricReportsURI),
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, metricReportsURI)
 				return t.report(c.Request().Context(), id)
 			}})
 	}))
-	s.Handle(http.MethodGet, metricReportsURI+"/:id", PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, metricReportsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		id := c.Param("id")
-		if !t.visible(PrincipalOf(c), id) {
-			return ErrResourceNotFound("MetricReport", id)
+		if !t.visible(redfish.PrincipalOf(c), id) {
+			return redfish.ErrResourceNotFound("MetricReport", id)
 		}
 		r, err := t.report(c.Request().Context(), id)
 		if err != nil {
@@ -223,9 +224,9 @@ func (s *Server) telemetryRoutes() {
 		}
 		return s.WriteResource(c, http.StatusOK, r)
 	}))
-	s.Handle(http.MethodPost, TelemetryTicketURI, PrivLogin, t.enabled(t.issueTicket))
+	s.Handle(http.MethodPost, TelemetryTicketURI, redfish.PrivLogin, t.enabled(t.issueTicket))
 	// Public: the handler authenticates itself, by ticket or by headers.
-	s.Handle(http.MethodGet, TelemetryStreamURI, Public, t.serveStream)
+	s.Handle(http.MethodGet, TelemetryStreamURI, redfish.Public, t.serveStream)
 }
 
 // enabled answers 503 ServiceDisabled while there is no CHMU.
@@ -238,8 +239,8 @@ func (t *telemetryAPI) enabled(h echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func errTelemetryDisabled() *Error {
-	return NewError(http.StatusServiceUnavailable, M("Base.ServiceDisabled", telemetryServiceURI))
+func errTelemetryDisabled() *redfish.Error {
+	return redfish.NewError(http.StatusServiceUnavailable, redfish.M("Base.ServiceDisabled", telemetryServiceURI))
 }
 
 // --- scopes ---
@@ -270,18 +271,18 @@ func (t *telemetryAPI) scopeOf(id string) (int, bool) {
 
 // visible: host accounts see their own scope only; Shared and Pool span
 // hosts and need PrivApplianceView.
-func (t *telemetryAPI) visible(p *Principal, id string) bool {
+func (t *telemetryAPI) visible(p *redfish.Principal, id string) bool {
 	sc, ok := t.scopeOf(id)
 	switch {
 	case !ok:
 		return false
 	case sc < 0:
-		return p.Has(PrivApplianceView)
+		return p.Has(redfish.PrivApplianceView)
 	}
-	return p.CanSeeHost(HostID(sc))
+	return p.CanSeeHost(redfish.HostID(sc))
 }
 
-func (t *telemetryAPI) members(p *Principal, base string) []string {
+func (t *telemetryAPI) members(p *redfish.Principal, base string) []string {
 	var out []string
 	for _, id := range t.scopeIDs() {
 		if t.visible(p, id) {
@@ -293,8 +294,8 @@ func (t *telemetryAPI) members(p *Principal, base string) []string {
 
 // --- TelemetryService and the CHMU setting ---
 
-func (t *telemetryAPI) service(p *Principal) Obj {
-	o := Obj{
+func (t *telemetryAPI) service(p *redfish.Principal) redfish.Obj {
+	o := redfish.Obj{
 		"@odata.id":   telemetryServiceURI,
 		"@odata.type": "#TelemetryService.v1_4_1.TelemetryService",
 		"Id":          "TelemetryService",
@@ -303,22 +304,22 @@ func (t *telemetryAPI) service(p *Principal) Obj {
 	}
 	if t.tel == nil {
 		o["ServiceEnabled"] = false
-		o["Status"] = Obj{"State": "Disabled", "Health": "OK"}
-		o["Oem"] = oemschema.Oem("TelemetryService", Obj{"DisabledReason": "the device's CHMU is not reachable: start the daemon with --chmu PATH[@OFFSET] or --chmu pci:BDF"})
+		o["Status"] = redfish.Obj{"State": "Disabled", "Health": "OK"}
+		o["Oem"] = oemschema.Oem("TelemetryService", redfish.Obj{"DisabledReason": "the device's CHMU is not reachable: start the daemon with --chmu PATH[@OFFSET] or --chmu pci:BDF"})
 		return o
 	}
 	o["ServiceEnabled"] = true
-	o["Status"] = Obj{"State": "Enabled", "Health": "OK"}
-	o["MetricDefinitions"] = Link(metricDefinitionsURI)
-	o["MetricReportDefinitions"] = Link(reportDefinitionsURI)
-	o["MetricReports"] = Link(metricReportsURI)
+	o["Status"] = redfish.Obj{"State": "Enabled", "Health": "OK"}
+	o["MetricDefinitions"] = redfish.Link(metricDefinitionsURI)
+	o["MetricReportDefinitions"] = redfish.Link(reportDefinitionsURI)
+	o["MetricReports"] = redfish.Link(metricReportsURI)
 	o["MinCollectionInterval"] = duration(t.tel.FrameInterval())
-	oem := Obj{
+	oem := redfish.Obj{
 		"StreamUri":       TelemetryStreamURI,
 		"StreamTicketUri": TelemetryTicketURI,
 		"FramesPerSecond": math.Round(float64(time.Second)/float64(t.tel.FrameInterval())*100) / 100,
 	}
-	if p.Has(PrivApplianceView) {
+	if p.Has(redfish.PrivApplianceView) {
 		cfg, enabled, err := t.tel.CHMUConfig()
 		if err == nil {
 			oem["CHMU"] = chmuBody(cfg, enabled)
@@ -339,7 +340,7 @@ func duration(d time.Duration) string {
 
 func epochMS(e hmu.Epoch) float64 { return float64(e.Duration()) / float64(time.Millisecond) }
 
-func chmuBody(c hmu.Config, enabled bool) Obj {
+func chmuBody(c hmu.Config, enabled bool) redfish.Obj {
 	mode := "Epoch"
 	if c.Mode == hmu.ModeAlwaysOn {
 		mode = "AlwaysOn"
@@ -348,7 +349,7 @@ func chmuBody(c hmu.Config, enabled bool) Obj {
 	if c.Ranges != nil {
 		ranges = slices.Clone(c.Ranges)
 	}
-	return Obj{
+	return redfish.Obj{
 		"Enabled":            enabled,
 		"AccessType":         accessName(c.Access),
 		"UnitBytes":          c.UnitSize,
@@ -364,7 +365,7 @@ func chmuBody(c hmu.Config, enabled bool) Obj {
 	}
 }
 
-func capsBody(c hmu.Caps, instances int) Obj {
+func capsBody(c hmu.Caps, instances int) redfish.Obj {
 	access := []string{}
 	for _, t := range accessTypes {
 		if c.CanTrack(t.a) {
@@ -387,7 +388,7 @@ func capsBody(c hmu.Caps, instances int) Obj {
 	if c.AlwaysOn {
 		modes = append(modes, "AlwaysOn")
 	}
-	return Obj{
+	return redfish.Obj{
 		"Instances":            instances,
 		"HotlistEntries":       c.HotlistSize,
 		"AccessTypes":          access,
@@ -435,18 +436,18 @@ type chmuPatch struct {
 type chmuEdit struct {
 	prop  string
 	value string
-	apply func(*hmu.Config) *Error
+	apply func(*hmu.Config) *redfish.Error
 }
 
 // edits turns a CHMU patch into its property edits, in a fixed order.
 func (p *chmuPatch) edits() []chmuEdit {
 	const base = "Oem/CxlPool/CHMU/"
 	var out []chmuEdit
-	add := func(prop string, v any, f func(*hmu.Config) *Error) {
-		out = append(out, chmuEdit{prop: base + prop, value: valueText(v), apply: f})
+	add := func(prop string, v any, f func(*hmu.Config) *redfish.Error) {
+		out = append(out, chmuEdit{prop: base + prop, value: redfish.ValueText(v), apply: f})
 	}
 	if v := p.AccessType; v != nil {
-		add("AccessType", *v, func(c *hmu.Config) *Error {
+		add("AccessType", *v, func(c *hmu.Config) *redfish.Error {
 			for _, t := range accessTypes {
 				if t.name == *v {
 					c.Access = t.a
@@ -456,19 +457,19 @@ func (p *chmuPatch) edits() []chmuEdit {
 		})
 	}
 	if v := p.UnitBytes; v != nil {
-		add("UnitBytes", *v, func(c *hmu.Config) *Error { c.UnitSize = *v; return nil })
+		add("UnitBytes", *v, func(c *hmu.Config) *redfish.Error { c.UnitSize = *v; return nil })
 	}
 	if v := p.Threshold; v != nil {
-		add("Threshold", *v, func(c *hmu.Config) *Error {
+		add("Threshold", *v, func(c *hmu.Config) *redfish.Error {
 			if *v == 0 {
-				return ErrPropertyValueOutOfRange("0", base+"Threshold")
+				return redfish.ErrPropertyValueOutOfRange("0", base+"Threshold")
 			}
 			c.Threshold = *v
 			return nil
 		})
 	}
 	if v := p.Mode; v != nil {
-		add("Mode", *v, func(c *hmu.Config) *Error {
+		add("Mode", *v, func(c *hmu.Config) *redfish.Error {
 			c.Mode = hmu.ModeEpoch
 			if *v == "AlwaysOn" {
 				c.Mode = hmu.ModeAlwaysOn
@@ -477,41 +478,41 @@ func (p *chmuPatch) edits() []chmuEdit {
 		})
 	}
 	if v := p.EpochMilliseconds; v != nil {
-		add("EpochMilliseconds", *v, func(c *hmu.Config) *Error {
+		add("EpochMilliseconds", *v, func(c *hmu.Config) *redfish.Error {
 			e, ok := epochOf(*v)
 			if !ok {
-				return ErrPropertyValueOutOfRange(valueText(*v), base+"EpochMilliseconds")
+				return redfish.ErrPropertyValueOutOfRange(redfish.ValueText(*v), base+"EpochMilliseconds")
 			}
 			c.Epoch = e
 			return nil
 		})
 	}
 	if v := p.DownSamplingFactor; v != nil {
-		add("DownSamplingFactor", *v, func(c *hmu.Config) *Error {
+		add("DownSamplingFactor", *v, func(c *hmu.Config) *redfish.Error {
 			if *v == 0 || bits.OnesCount64(*v) != 1 || *v > 1<<15 {
-				return ErrPropertyValueNotInList(valueText(*v), base+"DownSamplingFactor")
+				return redfish.ErrPropertyValueNotInList(redfish.ValueText(*v), base+"DownSamplingFactor")
 			}
 			c.DSFactor = uint8(bits.TrailingZeros64(*v))
 			return nil
 		})
 	}
 	if v := p.RandomDownSampling; v != nil {
-		add("RandomDownSampling", *v, func(c *hmu.Config) *Error { c.RandomDS = *v; return nil })
+		add("RandomDownSampling", *v, func(c *hmu.Config) *redfish.Error { c.RandomDS = *v; return nil })
 	}
 	if v := p.OverflowInterrupt; v != nil {
-		add("OverflowInterrupt", *v, func(c *hmu.Config) *Error { c.OverflowIRQ = *v; return nil })
+		add("OverflowInterrupt", *v, func(c *hmu.Config) *redfish.Error { c.OverflowIRQ = *v; return nil })
 	}
 	if v := p.LevelInterrupt; v != nil {
-		add("LevelInterrupt", *v, func(c *hmu.Config) *Error { c.LevelIRQ = *v; return nil })
+		add("LevelInterrupt", *v, func(c *hmu.Config) *redfish.Error { c.LevelIRQ = *v; return nil })
 	}
 	if v := p.FillThreshold; v != nil {
-		add("FillThreshold", *v, func(c *hmu.Config) *Error { c.FillThreshold = *v; return nil })
+		add("FillThreshold", *v, func(c *hmu.Config) *redfish.Error { c.FillThreshold = *v; return nil })
 	}
 	if p.Ranges != nil {
-		add("Ranges", string(p.Ranges), func(c *hmu.Config) *Error {
+		add("Ranges", string(p.Ranges), func(c *hmu.Config) *redfish.Error {
 			var rs []uint64
 			if err := json.Unmarshal(p.Ranges, &rs); err != nil {
-				return ErrPropertyValueType(string(p.Ranges), base+"Ranges")
+				return redfish.ErrPropertyValueType(string(p.Ranges), base+"Ranges")
 			}
 			c.Ranges = rs // nil for null: every range
 			if c.Ranges == nil && string(p.Ranges) != "null" {
@@ -547,7 +548,7 @@ func (t *telemetryAPI) patchService(c echo.Context) error {
 	if err := t.s.Decode(c, &req); err != nil {
 		return err
 	}
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	if err := t.s.IfMatch(c, t.service(p)); err != nil {
 		return err
 	}
@@ -557,7 +558,7 @@ func (t *telemetryAPI) patchService(c echo.Context) error {
 	patch := req.Oem.CxlPool.CHMU
 	cur, enabled, err := t.tel.CHMUConfig()
 	if err != nil {
-		return ErrInternal(err)
+		return redfish.ErrInternal(err)
 	}
 	if patch.Enabled != nil {
 		enabled = *patch.Enabled
@@ -572,29 +573,29 @@ func (t *telemetryAPI) patchService(c echo.Context) error {
 			return err
 		}
 		if err := t.tel.ValidateCHMU(one); err != nil {
-			return ErrPropertyValueNotInList(e.value, e.prop).WithCause(err)
+			return redfish.ErrPropertyValueNotInList(e.value, e.prop).WithCause(err)
 		}
 		_ = e.apply(&next)
 	}
 	if err := t.tel.ValidateCHMU(next); err != nil {
-		return ErrPropertyValueConflict(edits[0].prop, edits[len(edits)-1].prop).WithCause(err)
+		return redfish.ErrPropertyValueConflict(edits[0].prop, edits[len(edits)-1].prop).WithCause(err)
 	}
 	if err := t.tel.SetCHMU(c.Request().Context(), next, enabled); err != nil {
 		if errors.Is(err, hmu.ErrUnsupported) {
-			return NewError(http.StatusBadRequest, M("Base.GeneralError")).WithCause(err)
+			return redfish.NewError(http.StatusBadRequest, redfish.M("Base.GeneralError")).WithCause(err)
 		}
-		return ErrInternal(err)
+		return redfish.ErrInternal(err)
 	}
-	t.s.Publish(Event{MessageKey: MsgResourceChanged, Origin: telemetryServiceURI})
+	t.s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: telemetryServiceURI})
 	return t.s.WriteResource(c, http.StatusOK, t.service(p))
 }
 
 // --- definitions ---
 
-func metricDefinition(id string) Obj {
+func metricDefinition(id string) redfish.Obj {
 	for _, d := range metricDefinitions {
 		if d.id == id {
-			return Obj{
+			return redfish.Obj{
 				"@odata.id":      metricDefinitionsURI + "/" + d.id,
 				"@odata.type":    "#MetricDefinition.v1_3_5.MetricDefinition",
 				"Id":             d.id,
@@ -637,13 +638,13 @@ func scopeName(id string) string {
 	return id + "'s pool memory"
 }
 
-func (t *telemetryAPI) definition(id string) Obj {
+func (t *telemetryAPI) definition(id string) redfish.Obj {
 	sc, _ := t.scopeOf(id)
-	var metrics []Obj
+	var metrics []redfish.Obj
 	for _, m := range scopeMetrics(sc) {
-		metrics = append(metrics, Obj{"MetricId": m, "MetricProperties": []string{scopeSubject(sc)}, "CollectionTimeScope": "Interval"})
+		metrics = append(metrics, redfish.Obj{"MetricId": m, "MetricProperties": []string{scopeSubject(sc)}, "CollectionTimeScope": "Interval"})
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":                     reportDefinitionsURI + "/" + id,
 		"@odata.type":                   "#MetricReportDefinition.v1_4_7.MetricReportDefinition",
 		"Id":                            id,
@@ -654,8 +655,8 @@ func (t *telemetryAPI) definition(id string) Obj {
 		"ReportUpdates":                 "Overwrite",
 		"ReportActions":                 []string{"LogToMetricReportsCollection"},
 		"Metrics":                       metrics,
-		"MetricReport":                  Link(metricReportsURI + "/" + id),
-		"Status":                        Obj{"State": "Enabled", "Health": "OK"},
+		"MetricReport":                  redfish.Link(metricReportsURI + "/" + id),
+		"Status":                        redfish.Obj{"State": "Enabled", "Health": "OK"},
 	}
 }
 
@@ -709,10 +710,10 @@ func within(hot []agg.Hot, extents []cci.Extent) []agg.Hot {
 
 func count(v float64) string { return strconv.FormatFloat(math.Round(v), 'f', 0, 64) }
 
-func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
+func (t *telemetryAPI) report(ctx context.Context, id string) (redfish.Obj, error) {
 	sc, ok := t.scopeOf(id)
 	if !ok {
-		return nil, ErrResourceNotFound("MetricReport", id)
+		return nil, redfish.ErrResourceNotFound("MetricReport", id)
 	}
 	now := t.s.now().Format(time.RFC3339)
 	rep := t.tel.Report()
@@ -723,10 +724,10 @@ func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
 		}
 	}
 	subject := scopeSubject(sc)
-	mv := func(metric, value, prop string) Obj {
-		return Obj{"MetricId": metric, "MetricValue": value, "Timestamp": now, "MetricProperty": prop}
+	mv := func(metric, value, prop string) redfish.Obj {
+		return redfish.Obj{"MetricId": metric, "MetricValue": value, "Timestamp": now, "MetricProperty": prop}
 	}
-	values := []Obj{mv(metricAccesses, count(sr.Accesses), subject)}
+	values := []redfish.Obj{mv(metricAccesses, count(sr.Accesses), subject)}
 	if sc != agg.Pool {
 		values = append(values,
 			mv(metricHeld, strconv.FormatUint(sr.HeldBytes, 10), subject),
@@ -756,7 +757,7 @@ func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
 	}
 	for _, u := range units {
 		v := mv(metricHotUnit, strconv.FormatUint(u.Count, 10), hold.uri(sc, u.DPA))
-		oem := Obj{"DPA": u.DPA, "Bytes": u.Size, "ErrorBound": u.Err}
+		oem := redfish.Obj{"DPA": u.DPA, "Bytes": u.Size, "ErrorBound": u.Err}
 		if sc >= 0 {
 			oem["Shared"] = u.shared
 		}
@@ -764,22 +765,22 @@ func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
 		values = append(values, v)
 	}
 
-	oem := Obj{"UnitBytes": rep.UnitSize}
+	oem := redfish.Obj{"UnitBytes": rep.UnitSize}
 	if sc >= 0 {
 		oem["Hints"] = t.hints(sc, hold)
 	}
 	if sc == agg.Pool {
 		st := rep.Stats
-		oem["Collector"] = Obj{"Records": st.Records, "Accesses": st.Weight, "Unmapped": st.Unmapped, "Drains": st.Drains,
+		oem["Collector"] = redfish.Obj{"Records": st.Records, "Accesses": st.Weight, "Unmapped": st.Unmapped, "Drains": st.Drains,
 			"DrainErrors": st.DrainErrors, "Overflows": st.Overflows, "Epochs": st.Epochs, "Resets": st.Resets}
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":              metricReportsURI + "/" + id,
 		"@odata.type":            "#MetricReport.v1_5_2.MetricReport",
 		"Id":                     id,
 		"Name":                   "Hot pages of " + scopeName(id),
 		"Timestamp":              now,
-		"MetricReportDefinition": Link(reportDefinitionsURI + "/" + id),
+		"MetricReportDefinition": redfish.Link(reportDefinitionsURI + "/" + id),
 		"MetricValues":           values,
 		"Oem":                    oemschema.Oem("MetricReport", oem),
 	}, nil
@@ -787,22 +788,22 @@ func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
 
 // hints is a host's placement advice: the units to keep close and the
 // memory that has gone cold.
-func (t *telemetryAPI) hints(host int, hold holder) Obj {
+func (t *telemetryAPI) hints(host int, hold holder) redfish.Obj {
 	h := t.tel.Hints(host, hintTopN)
-	promote := []Obj{}
+	promote := []redfish.Obj{}
 	for _, u := range h.Promote {
-		promote = append(promote, Obj{"DPA": u.DPA, "Bytes": u.Size, "Accesses": u.Count, "ErrorBound": u.Err,
-			"Memory": Link(hold.uri(host, u.DPA))})
+		promote = append(promote, redfish.Obj{"DPA": u.DPA, "Bytes": u.Size, "Accesses": u.Count, "ErrorBound": u.Err,
+			"Memory": redfish.Link(hold.uri(host, u.DPA))})
 	}
-	shrink := []Obj{}
+	shrink := []redfish.Obj{}
 	for _, a := range h.Shrink {
-		o := Obj{"Bytes": a.Bytes, "ColdBytes": a.ColdBytes}
+		o := redfish.Obj{"Bytes": a.Bytes, "ColdBytes": a.ColdBytes}
 		if len(a.Extents) > 0 {
-			o["Memory"] = Link(hold.uri(host, a.Extents[0].DPA))
+			o["Memory"] = redfish.Link(hold.uri(host, a.Extents[0].DPA))
 		}
 		shrink = append(shrink, o)
 	}
-	return Obj{"Promote": promote, "Shrink": shrink, "HeldBytes": h.HeldBytes, "ColdBytes": h.ColdBytes}
+	return redfish.Obj{"Promote": promote, "Shrink": shrink, "HeldBytes": h.HeldBytes, "ColdBytes": h.ColdBytes}
 }
 
 // --- stream ---
@@ -811,7 +812,7 @@ func (t *telemetryAPI) hints(host int, hold holder) Obj {
 // caller, for clients (browsers) that cannot send headers with a
 // WebSocket upgrade.
 func (t *telemetryAPI) issueTicket(c echo.Context) error {
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	var raw [32]byte
 	_, _ = rand.Read(raw[:])
 	tok := base64.RawURLEncoding.EncodeToString(raw[:])
@@ -824,12 +825,12 @@ func (t *telemetryAPI) issueTicket(c echo.Context) error {
 	}
 	if len(t.tickets) >= maxTickets {
 		t.mu.Unlock()
-		return ErrServiceUnavailable(int(ticketTTL / time.Second))
+		return redfish.ErrServiceUnavailable(int(ticketTTL / time.Second))
 	}
 	t.tickets[sha256.Sum256([]byte(tok))] = streamTicket{accountUID: p.AccountUID, sessionID: p.SessionID,
-		passwordHash: p.passwordHash, expires: now.Add(ticketTTL)}
+		passwordHash: p.PasswordHash, expires: now.Add(ticketTTL)}
 	t.mu.Unlock()
-	return t.s.WriteResource(c, http.StatusOK, Obj{
+	return t.s.WriteResource(c, http.StatusOK, redfish.Obj{
 		"Ticket":           tok,
 		"ExpiresInSeconds": int(ticketTTL / time.Second),
 		"StreamUri":        TelemetryStreamURI + "?ticket=" + tok,
@@ -837,7 +838,7 @@ func (t *telemetryAPI) issueTicket(c echo.Context) error {
 }
 
 // redeem turns a ticket into its principal, once.
-func (t *telemetryAPI) redeem(tok string) (*Principal, bool) {
+func (t *telemetryAPI) redeem(tok string) (*redfish.Principal, bool) {
 	h := sha256.Sum256([]byte(tok))
 	t.mu.Lock()
 	tk, ok := t.tickets[h]
@@ -846,13 +847,13 @@ func (t *telemetryAPI) redeem(tok string) (*Principal, bool) {
 	if !ok || t.s.now().After(tk.expires) {
 		return nil, false
 	}
-	acct, found := t.s.store.AccountByUID(tk.accountUID)
+	acct, found := t.s.Store().AccountByUID(tk.accountUID)
 	if !found || !acct.Enabled {
 		return nil, false
 	}
-	p := t.s.auth.principal(acct, tk.sessionID)
-	p.passwordHash = tk.passwordHash
-	if !t.s.auth.valid(p) { // session ended, or (Basic) password changed
+	p := t.s.Auth().Principal(acct, tk.sessionID)
+	p.PasswordHash = tk.passwordHash
+	if !t.s.Auth().Valid(p) { // session ended, or (Basic) password changed
 		return nil, false
 	}
 	return p, true
@@ -861,19 +862,19 @@ func (t *telemetryAPI) redeem(tok string) (*Principal, bool) {
 // serveStream upgrades to the WebSocket stream of the caller's scope:
 // everything for appliance viewers, its own frames for a host.
 func (t *telemetryAPI) serveStream(c echo.Context) error {
-	var p *Principal
+	var p *redfish.Principal
 	if tok := c.QueryParam("ticket"); tok != "" {
 		var ok bool
 		if p, ok = t.redeem(tok); !ok {
-			return ErrNoValidSession()
+			return redfish.ErrNoValidSession()
 		}
 	} else {
 		var err error
-		if p, err = t.s.auth.authenticate(c); err != nil {
+		if p, err = t.s.Auth().Authenticate(c); err != nil {
 			return err
 		}
 	}
-	setPrincipal(c, p)
+	redfish.SetPrincipal(c, p)
 	if t.tel == nil {
 		return errTelemetryDisabled()
 	}
@@ -881,19 +882,19 @@ func (t *telemetryAPI) serveStream(c echo.Context) error {
 	switch {
 	case p.IsHost():
 		scope = int(*p.HostID)
-	case !p.Has(PrivApplianceView):
-		return ErrInsufficientPrivilege()
+	case !p.Has(redfish.PrivApplianceView):
+		return redfish.ErrInsufficientPrivilege()
 	}
 	hub := t.tel.Stream(scope)
 	if hub == nil {
-		return ErrResourceNotFound("Stream", SystemID(dcd.HostID(scope)))
+		return redfish.ErrResourceNotFound("Stream", SystemID(dcd.HostID(scope)))
 	}
 	if !websocket.IsWebSocketUpgrade(c.Request()) {
-		return NewError(http.StatusBadRequest, M("Base.HeaderMissing", "Upgrade: websocket"))
+		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.HeaderMissing", "Upgrade: websocket"))
 	}
 	// The stream ends when its principal does (authenticator.watch):
 	// the handler closes the socket when the request's context ends.
-	alive, stop := t.s.auth.watch(c.Request().Context(), p)
+	alive, stop := t.s.Auth().Watch(c.Request().Context(), p)
 	defer stop()
 	stream.NewHandler(hub, stream.HandlerConfig{Logger: t.s.log}).ServeHTTP(c.Response(), c.Request().WithContext(alive))
 	return nil

@@ -9,6 +9,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"cxlpool/api/redfish"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -54,11 +55,11 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP b
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: tc.ReadHeaderTimeout,
 		IdleTimeout:       tc.IdleTimeout,
 		MaxHeaderBytes:    tc.MaxHeaderBytes,
-		ConnContext:       connContext,
+		ConnContext:       redfish.ConnContext,
 		Protocols:         protocols,
 		// Handshake failures and refused connections are the clients'
 		// business; the tracker logs floods.
@@ -80,7 +81,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP b
 			s.renewLoop(rctx)
 		}()
 	}
-	srv.RegisterOnShutdown(s.stopStreams)
+	srv.RegisterOnShutdown(s.StopStreams)
 	errc := make(chan error, 1)
 	go func() {
 		if plainHTTP {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -78,8 +79,8 @@ func ZoneURI(h dcd.HostID) string { return ZonesURI + "/" + SystemID(h) }
 func PortURI(port uint8) string { return PortsURI + "/" + strconv.Itoa(int(port)) }
 
 // hostRef is h as the protocol's host of a principal, task or event.
-func hostRef(h dcd.HostID) *HostID {
-	r := HostID(h)
+func hostRef(h dcd.HostID) *redfish.HostID {
+	r := redfish.HostID(h)
 	return &r
 }
 

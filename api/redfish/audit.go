@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"bytes"
@@ -12,13 +12,13 @@ import (
 
 // The logs the service writes: events and the audit trail of changes.
 const (
-	logEvent = "EventLog"
-	logAudit = "AuditLog"
+	LogEvent = "EventLog"
+	LogAudit = "AuditLog"
 )
 
 // auditUserKey lets a handler name the user of an unauthenticated change
 // request (a login attempt) for the audit log.
-const auditUserKey = "cxlpool.auditUser"
+const auditUserKey = "redfish.auditUser"
 
 // auditMiddleware records every change request (anything but GET, HEAD,
 // OPTIONS): who, method and URI, when, and the status it got. The response
@@ -47,12 +47,12 @@ func (s *Service) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 			user = u
 		}
 		e := LogEntry{
-			Log: logAudit, Created: s.now(), Severity: "OK",
+			Log: LogAudit, Created: s.now(), Severity: "OK",
 			Message:  fmt.Sprintf("%s %s %s: %d %s", user, r.Method, r.URL.RequestURI(), buf.status, http.StatusText(buf.status)),
 			UserName: user, Method: r.Method, URI: r.URL.RequestURI(), Status: buf.status, Client: c.RealIP(),
 			HostID: host,
 		}
-		e.MessageID, e.Args = s.auditMessage(buf.status, buf.body.Bytes())
+		e.MessageID, e.Args = s.AuditMessage(buf.status, buf.body.Bytes())
 		if buf.status >= 400 {
 			e.Severity = "Warning"
 		}
@@ -80,7 +80,7 @@ func (s *Service) auditMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 // auditMessage is the MessageId (and its MessageArgs) an audit entry
 // carries (the OCP baseline asks every log entry for one): the answer's
 // own message for a refusal, Base Created or Success for the rest.
-func (s *Service) auditMessage(status int, body []byte) (string, []string) {
+func (s *Service) AuditMessage(status int, body []byte) (string, []string) {
 	key := "Base.Success"
 	switch {
 	case status >= 400:
@@ -121,7 +121,7 @@ func (h *heldResponse) Write(b []byte) (int, error) {
 func (s *Service) appendEvent(ev Event) {
 	m := s.reg.Resolve(Msg{Key: ev.MessageKey, Args: ev.Args})
 	e := LogEntry{
-		Log: logEvent, Created: ev.Time, Severity: m.MessageSeverity, MessageID: m.MessageID,
+		Log: LogEvent, Created: ev.Time, Severity: m.MessageSeverity, MessageID: m.MessageID,
 		Message: m.Message, Args: m.MessageArgs, Origin: ev.Origin, HostID: ev.Host,
 	}
 	if _, err := s.store.AppendLog(s.ctx, e, s.cfg.LogLimit); err != nil && s.ctx.Err() == nil {

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"bytes"
@@ -18,9 +18,9 @@ import (
 )
 
 const (
-	eventServiceURI  = "/redfish/v1/EventService"
-	subscriptionsURI = eventServiceURI + "/Subscriptions"
-	sseURI           = eventServiceURI + "/SSE"
+	EventServiceURI  = "/redfish/v1/EventService"
+	subscriptionsURI = EventServiceURI + "/Subscriptions"
+	sseURI           = EventServiceURI + "/SSE"
 )
 
 // Event is something that happened, published on the service's bus: it
@@ -217,7 +217,7 @@ func (s *Service) eventBody(id string, context string, evs ...Event) Obj {
 			"MemberId":        strconv.Itoa(i),
 			"EventId":         strconv.FormatInt(ev.ID, 10),
 			"EventType":       eventType(ev.MessageKey),
-			"EventTimestamp":  ev.Time.Format(timeFormat),
+			"EventTimestamp":  ev.Time.Format(TimeFormat),
 			"MessageId":       m.MessageID,
 			"Message":         m.Message,
 			"MessageArgs":     m.MessageArgs,
@@ -271,7 +271,7 @@ type subscriptionCreate struct {
 func subscriptionURI(id int64) string { return subscriptionsURI + "/" + strconv.FormatInt(id, 10) }
 
 func (s *Service) eventRoutes() {
-	s.Handle(http.MethodGet, eventServiceURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, EventServiceURI, PrivLogin, func(c echo.Context) error {
 		es := s.eventService()
 		if PrincipalOf(c).IsHost() {
 			// Push subscriptions are for appliance operators; a host
@@ -325,7 +325,7 @@ func (s *Service) eventRoutes() {
 
 func (s *Service) eventService() Obj {
 	return Obj{
-		"@odata.id":                    eventServiceURI,
+		"@odata.id":                    EventServiceURI,
 		"@odata.type":                  "#EventService.v1_12_0.EventService",
 		"Id":                           "EventService",
 		"Name":                         "Event Service",
@@ -353,8 +353,8 @@ func (s *Service) subscription(sub Subscription) Obj {
 		"Context":          sub.Context,
 		"SubscriptionType": "RedfishEvent",
 		"EventFormatType":  "Event",
-		"RegistryPrefixes": nonNil(sub.RegistryPrefixes),
-		"MessageIds":       nonNil(sub.MessageIDs),
+		"RegistryPrefixes": NonNil(sub.RegistryPrefixes),
+		"MessageIds":       NonNil(sub.MessageIDs),
 		"Status":           Obj{"State": "Enabled", "Health": "OK"},
 	}
 }
@@ -407,7 +407,7 @@ func (s *Service) createSubscription(c echo.Context) error {
 
 // deleteOwnedSubscriptions removes the push subscriptions of a deleted
 // account: they deliver with its authority, which is gone.
-func (s *Service) deleteOwnedSubscriptions(ctx context.Context, uid string) {
+func (s *Service) DeleteOwnedSubscriptions(ctx context.Context, uid string) {
 	subs, err := s.store.Subscriptions(ctx)
 	if err != nil {
 		s.log.Error("deleting a removed account's subscriptions", "err", err)
@@ -429,7 +429,7 @@ func (s *Service) deleteOwnedSubscriptions(ctx context.Context, uid string) {
 
 // serveSSE streams events as text/event-stream until the client leaves,
 // its principal changes (account deleted, disabled, renamed, given another
-// role or host, password changed, session ended: authenticator.watch) or
+// role or host, password changed, session ended: Authenticator.Watch) or
 // the service stops. Each message is one Event resource; its SSE id is the
 // event id.
 //
@@ -452,7 +452,7 @@ func (s *Service) serveSSE(c echo.Context) error {
 		return err
 	}
 	defer cancel()
-	alive, stop := s.auth.watch(c.Request().Context(), p)
+	alive, stop := s.auth.Watch(c.Request().Context(), p)
 	defer stop()
 	res := c.Response()
 	res.Header().Set("Content-Type", "text/event-stream")
@@ -495,7 +495,7 @@ func (s *Service) serveSSE(c echo.Context) error {
 			if len(replay) > 0 && ev.ID <= replay[len(replay)-1].ID {
 				continue // already sent in the replay
 			}
-			if !s.auth.valid(p) {
+			if !s.auth.Valid(p) {
 				return nil // checked again per event: never one after the principal changed
 			}
 			if err := s.writeSSE(res, p, ev); err != nil {
@@ -512,7 +512,7 @@ func (s *Service) writeSSE(w io.Writer, p *Principal, ev Event) error {
 		return nil
 	}
 	id := strconv.FormatInt(ev.ID, 10)
-	b, err := encodeJSON(s.eventBody(id, "", ev))
+	b, err := EncodeJSON(s.eventBody(id, "", ev))
 	if err != nil {
 		return err
 	}
@@ -616,7 +616,7 @@ func (s *Service) runPusher(p *pusher) {
 // deliver POSTs one event, retrying; it returns false when the pusher
 // must stop.
 func (s *Service) deliver(p *pusher, ev Event) bool {
-	body, err := encodeJSON(s.eventBody(strconv.FormatInt(ev.ID, 10), p.sub.Context, ev))
+	body, err := EncodeJSON(s.eventBody(strconv.FormatInt(ev.ID, 10), p.sub.Context, ev))
 	if err != nil {
 		s.log.Error("encoding event", "err", err)
 		return true

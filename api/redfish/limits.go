@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"context"
@@ -68,7 +68,7 @@ type Transport struct {
 	CertCheckInterval time.Duration
 }
 
-func (t *Transport) defaults() {
+func (t *Transport) Defaults() {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -136,7 +136,7 @@ func (s *Service) transport(next http.Handler) http.Handler {
 			g.extend()
 			r = r.WithContext(context.WithValue(r.Context(), guardKey{}, g))
 			r.Body = g
-			if r.Method == http.MethodPost && p == sessionsURI {
+			if r.Method == http.MethodPost && p == SessionsURI {
 				r.Body = http.MaxBytesReader(w, r.Body, loginBodyLimit)
 			}
 		}
@@ -242,7 +242,7 @@ func (s *Service) errRequestTimeout() *Error {
 
 // setPrincipal records the request's authenticated principal, and that
 // its connection is no longer an anonymous one (connTracker).
-func setPrincipal(c echo.Context, p *Principal) {
+func SetPrincipal(c echo.Context, p *Principal) {
 	c.Set(principalKey, p)
 	if tc, ok := c.Request().Context().Value(connKey{}).(*trackedConn); ok {
 		tc.t.authenticated(tc)
@@ -254,7 +254,7 @@ type connKey struct{}
 
 // connContext is http.Server.ConnContext: requests find their tracked
 // connection under connKey.
-func connContext(ctx context.Context, c net.Conn) context.Context {
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}

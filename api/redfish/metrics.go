@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"net/http"
@@ -45,7 +45,7 @@ func newMetrics() *metrics {
 func (m *metrics) registerServerGauges(s *Service) error {
 	for _, g := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_sessions", Help: "Open Redfish sessions."},
-			func() float64 { return float64(s.auth.sessionCount()) }),
+			func() float64 { return float64(s.auth.SessionCount()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_tasks_running", Help: "Tasks not yet finished."},
 			func() float64 { return float64(s.tasks.running()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_event_streams", Help: "Open SSE event streams."},

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"github.com/labstack/echo/v4"
@@ -84,7 +84,7 @@ type Role struct {
 
 // Roles are the predefined roles in display order. They are fixed: the
 // service does not create custom roles.
-var roles = []Role{
+var Roles = []Role{
 	{ID: RoleAdministrator, Description: "Administrator User Role",
 		Privileges: PrivLogin | PrivConfigureManager | PrivConfigureUsers | PrivConfigureComponents | PrivConfigureSelf | PrivApplianceView},
 	{ID: RoleOperator, Description: "Operator User Role",
@@ -97,7 +97,7 @@ var roles = []Role{
 
 // LookupRole returns the predefined role with the given Id.
 func LookupRole(id string) (Role, bool) {
-	for _, r := range roles {
+	for _, r := range Roles {
 		if r.ID == id {
 			return r, true
 		}
@@ -130,10 +130,10 @@ type Principal struct {
 	// passwordChange: the account must change its password first
 	// (ManagerAccount.PasswordChangeRequired); until then it may only
 	// read its account and session, set its password and log out.
-	passwordChange bool
+	PasswordChange bool
 	// passwordHash is the account's hash when it authenticated: a Basic
 	// principal's stream ends when the password changes.
-	passwordHash string
+	PasswordHash string
 }
 
 // Has reports whether the principal holds any privilege in p.
@@ -154,7 +154,7 @@ func (p *Principal) CanSeeHost(id HostID) bool {
 func (p *Principal) IsHost() bool { return p != nil && p.HostID != nil }
 
 // principalKey is the echo context key of the request's Principal.
-const principalKey = "cxlpool.principal"
+const principalKey = "redfish.principal"
 
 // PrincipalOf returns the request's principal, or nil on public routes
 // reached without credentials.

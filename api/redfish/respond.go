@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 )
 
 // timeFormat is Redfish's Edm.DateTimeOffset.
-const timeFormat = "2006-01-02T15:04:05Z07:00"
+const TimeFormat = "2006-01-02T15:04:05Z07:00"
 
 // Obj is a JSON object under construction (a resource body). encoding/json
 // writes its keys sorted, so bodies and ETags are deterministic.
@@ -35,7 +35,7 @@ func Links(uris ...string) []Obj {
 
 // encodeJSON marshals a body the one way the service does, so that the
 // ETag of a GET and the one checked for If-Match agree.
-func encodeJSON(v any) ([]byte, error) {
+func EncodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -51,7 +51,7 @@ func ETag(body []byte) string {
 	return `W/"` + hex.EncodeToString(sum[:12]) + `"`
 }
 
-func (s *Service) writeJSON(c echo.Context, status int, body []byte) error {
+func (s *Service) WriteJSON(c echo.Context, status int, body []byte) error {
 	return c.Blob(status, "application/json; charset=utf-8", body)
 }
 
@@ -59,7 +59,7 @@ func (s *Service) writeJSON(c echo.Context, status int, body []byte) error {
 // representation, If-None-Match (304), then $select. status is 200 for
 // GET and PATCH, 201 for a create (see WriteCreated).
 func (s *Service) WriteResource(c echo.Context, status int, res any) error {
-	body, err := encodeJSON(res)
+	body, err := EncodeJSON(res)
 	if err != nil {
 		return ErrInternal(err)
 	}
@@ -70,7 +70,7 @@ func (s *Service) WriteResource(c echo.Context, status int, res any) error {
 		setDescribedBy(c, o["@odata.type"])
 	}
 	if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
-		return s.writeJSON(c, status, body)
+		return s.WriteJSON(c, status, body)
 	}
 	q, qerr := parseQuery(c)
 	if qerr != nil {
@@ -79,7 +79,7 @@ func (s *Service) WriteResource(c echo.Context, status int, res any) error {
 	if q.paged() || q.filter != nil {
 		return ErrQueryNotSupportedOnResource()
 	}
-	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
+	if EtagMatches(c.Request().Header.Get("If-None-Match"), etag) {
 		return c.NoContent(http.StatusNotModified)
 	}
 	if len(q.sel) > 0 {
@@ -87,7 +87,7 @@ func (s *Service) WriteResource(c echo.Context, status int, res any) error {
 			return ErrInternal(err)
 		}
 	}
-	return s.writeJSON(c, status, body)
+	return s.WriteJSON(c, status, body)
 }
 
 // dmtfSchemaBase is where DMTF publishes its JSON schemas; their $id is
@@ -159,7 +159,7 @@ func RenderCollection(col Collection) (*Rendered, error) {
 	for i, u := range col.Members {
 		members[i] = Link(u)
 	}
-	b, err := encodeJSON(collectionBody(col, members, ""))
+	b, err := EncodeJSON(collectionBody(col, members, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -194,10 +194,10 @@ func (s *Service) WriteCollection(c echo.Context, col Collection) error {
 	}
 	if r := col.Rendered; r != nil && !q.paged() && !q.expand && len(q.sel) == 0 && q.filter == nil {
 		c.Response().Header().Set("ETag", r.etag)
-		if etagMatches(c.Request().Header.Get("If-None-Match"), r.etag) {
+		if EtagMatches(c.Request().Header.Get("If-None-Match"), r.etag) {
 			return c.NoContent(http.StatusNotModified)
 		}
-		return s.writeJSON(c, http.StatusOK, r.body)
+		return s.WriteJSON(c, http.StatusOK, r.body)
 	}
 	all := col.Members
 	var expanded map[string]any // members already expanded by the filter
@@ -258,13 +258,13 @@ func (s *Service) WriteCollection(c echo.Context, col Collection) error {
 	if q.filter != nil {
 		col.Members = all // Members@odata.count counts what matched
 	}
-	b, err := encodeJSON(collectionBody(col, members, nextLink))
+	b, err := EncodeJSON(collectionBody(col, members, nextLink))
 	if err != nil {
 		return ErrInternal(err)
 	}
 	etag := ETag(b)
 	c.Response().Header().Set("ETag", etag)
-	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
+	if EtagMatches(c.Request().Header.Get("If-None-Match"), etag) {
 		return c.NoContent(http.StatusNotModified)
 	}
 	if len(q.sel) > 0 && !q.expand {
@@ -272,7 +272,7 @@ func (s *Service) WriteCollection(c echo.Context, col Collection) error {
 			return ErrInternal(err)
 		}
 	}
-	return s.writeJSON(c, http.StatusOK, b)
+	return s.WriteJSON(c, http.StatusOK, b)
 }
 
 // IfMatch checks the request's If-Match against current, the resource as
@@ -283,11 +283,11 @@ func (s *Service) IfMatch(c echo.Context, current any) error {
 	if hdr == "" {
 		return nil
 	}
-	body, err := encodeJSON(current)
+	body, err := EncodeJSON(current)
 	if err != nil {
 		return ErrInternal(err)
 	}
-	if !etagMatches(hdr, ETag(body)) {
+	if !EtagMatches(hdr, ETag(body)) {
 		return ErrPreconditionFailed()
 	}
 	return nil
@@ -295,7 +295,7 @@ func (s *Service) IfMatch(c echo.Context, current any) error {
 
 // etagMatches reports whether the If-Match/If-None-Match list hdr names
 // etag, comparing weakly (W/ ignored).
-func etagMatches(hdr, etag string) bool {
+func EtagMatches(hdr, etag string) bool {
 	if hdr == "" {
 		return false
 	}
@@ -395,11 +395,11 @@ func selectProps(body []byte, sel [][]string, keep []string) ([]byte, error) {
 			out[k] = x
 		}
 	}
-	return encodeJSON(out)
+	return EncodeJSON(out)
 }
 
 func selectValue(v any, sel [][]string) (any, error) {
-	b, err := encodeJSON(v)
+	b, err := EncodeJSON(v)
 	if err != nil {
 		return nil, err
 	}

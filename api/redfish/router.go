@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"errors"
@@ -135,7 +135,7 @@ func (s *Service) preMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 var routedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete}
 
 // methodKey keeps the original method of a request rerouted as CONNECT.
-const methodKey = "cxlpool.method"
+const methodKey = "redfish.method"
 
 // dispatch authenticates and authorises, then runs the method's handler.
 // Unauthenticated requests to anything that is not public get 401 before
@@ -160,8 +160,8 @@ func (s *Service) dispatch(pe *pathEntry) echo.HandlerFunc {
 				// A public resource (the service root) shows a caller
 				// who sent credentials what that caller may use.
 				if hasCredentials(c.Request()) {
-					if p, err := s.auth.authenticate(c); err == nil {
-						setPrincipal(c, p)
+					if p, err := s.auth.Authenticate(c); err == nil {
+						SetPrincipal(c, p)
 					}
 				}
 				s.setAllow(c, pe)
@@ -171,11 +171,11 @@ func (s *Service) dispatch(pe *pathEntry) echo.HandlerFunc {
 		if !ok && pe.public() {
 			return ErrMethodNotAllowed(pe.allow())
 		}
-		p, err := s.auth.authenticate(c)
+		p, err := s.auth.Authenticate(c)
 		if err != nil {
 			return err
 		}
-		setPrincipal(c, p)
+		SetPrincipal(c, p)
 		if err := s.basicRequestRule(c.Request(), p, pe.pattern); err != nil {
 			return err
 		}
@@ -241,11 +241,11 @@ func (s *Service) notFound(c echo.Context) error {
 	if orig, ok := c.Get(methodKey).(string); ok {
 		c.Request().Method = orig
 	}
-	p, err := s.auth.authenticate(c)
+	p, err := s.auth.Authenticate(c)
 	if err != nil {
 		return err
 	}
-	setPrincipal(c, p)
+	SetPrincipal(c, p)
 	return ErrResourceNotFound("Resource", path.Base(c.Request().URL.Path))
 }
 
@@ -318,7 +318,7 @@ func (s *Service) toError(c echo.Context, err error) *Error {
 			return ErrResourceNotFound("Resource", path.Base(c.Request().URL.Path))
 		case http.StatusMethodNotAllowed:
 			// A method echo does not route at all (PROPFIND, ...).
-			if _, aerr := s.auth.authenticate(c); aerr != nil {
+			if _, aerr := s.auth.Authenticate(c); aerr != nil {
 				return s.toError(c, aerr)
 			}
 			if pe := s.paths[c.Path()]; pe != nil {
@@ -367,9 +367,9 @@ func (s *Service) writeError(c echo.Context, e *Error) error {
 		"message":               code.Message,
 		"@Message.ExtendedInfo": info,
 	}}
-	b, err := encodeJSON(body)
+	b, err := EncodeJSON(body)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, e.Status, b)
+	return s.WriteJSON(c, e.Status, b)
 }

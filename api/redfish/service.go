@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"context"
@@ -122,7 +122,7 @@ func (c *ServiceConfig) defaults() {
 	if c.PushClient == nil {
 		c.PushClient = &http.Client{Timeout: 10 * time.Second}
 	}
-	c.Transport.defaults()
+	c.Transport.Defaults()
 }
 
 // InitialPasswordFile is where a generated admin password is written.
@@ -136,7 +136,7 @@ type Service struct {
 	cfg   ServiceConfig
 	log   *slog.Logger
 	reg   *Registries
-	store *store
+	store *Store
 	echo  *echo.Echo
 	// handler is echo behind the transport's guards (limits.go).
 	handler http.Handler
@@ -147,7 +147,7 @@ type Service struct {
 	// routeErrs collects registration mistakes for Start to report.
 	routeErrs []error
 
-	auth    *authenticator
+	auth    *Authenticator
 	tasks   *taskEngine
 	bus     *bus
 	metrics *metrics
@@ -241,6 +241,17 @@ func (s *Service) Start() error {
 // report.
 func (s *Service) RouteError(err error) { s.routeErrs = append(s.routeErrs, err) }
 
+// Store is the accounts database: accounts, settings, logs and
+// subscriptions.
+func (s *Service) Store() *Store { return s.store }
+
+// Auth is the service's authenticator: sessions, lockout and the
+// password policy.
+func (s *Service) Auth() *Authenticator { return s.auth }
+
+// UUID is the service's stable UUID (ServiceRoot.UUID).
+func (s *Service) UUID() string { return s.uuid }
+
 // Context ends when the service closes: background work uses it.
 func (s *Service) Context() context.Context { return s.ctx }
 
@@ -268,7 +279,7 @@ func (s *Service) CredentialsNote() string { return s.credNote }
 // database. In-flight tasks are cancelled.
 func (s *Service) Close() error {
 	s.closeOnce.Do(func() {
-		s.stopStreams()
+		s.StopStreams()
 		s.cancel()
 		s.bg.Wait()
 		s.closeErr = s.store.close()
@@ -278,24 +289,24 @@ func (s *Service) Close() error {
 
 // stop ends event streams and the background work's context; Close
 // does it too, and then waits for that work.
-func (s *Service) stop() {
-	s.stopStreams()
+func (s *Service) Stop() {
+	s.StopStreams()
 	s.cancel()
 }
 
-func (s *Service) stopStreams() { s.stopOnce.Do(func() { close(s.streams) }) }
+func (s *Service) StopStreams() { s.stopOnce.Do(func() { close(s.streams) }) }
 
 func (s *Service) now() time.Time { return s.cfg.Clock().UTC() }
 
 // Settings keys in the accounts database.
 const (
 	settingUUID             = "service_uuid"
-	settingSessionTimeout   = "session_timeout_seconds"
-	settingLockoutThreshold = "lockout_threshold"
-	settingLockoutDuration  = "lockout_duration_seconds"
+	SettingSessionTimeout   = "session_timeout_seconds"
+	SettingLockoutThreshold = "lockout_threshold"
+	SettingLockoutDuration  = "lockout_duration_seconds"
 	// The password length policy (password.go).
-	settingMinPasswordLength = "min_password_length"
-	settingMaxPasswordLength = "max_password_length"
+	SettingMinPasswordLength = "min_password_length"
+	SettingMaxPasswordLength = "max_password_length"
 )
 
 // initSettings gives the service a stable UUID and seeds the PATCHable
@@ -309,9 +320,9 @@ func (s *Service) initSettings(ctx context.Context) error {
 	if u == "" {
 		u = newUUID()
 		seed[settingUUID] = u
-		seed[settingSessionTimeout] = strconv.Itoa(int(s.cfg.SessionTimeout / time.Second))
-		seed[settingLockoutThreshold] = strconv.Itoa(max(s.cfg.Lockout.Threshold, 0))
-		seed[settingLockoutDuration] = strconv.Itoa(int(s.cfg.Lockout.Duration / time.Second))
+		seed[SettingSessionTimeout] = strconv.Itoa(int(s.cfg.SessionTimeout / time.Second))
+		seed[SettingLockoutThreshold] = strconv.Itoa(max(s.cfg.Lockout.Threshold, 0))
+		seed[SettingLockoutDuration] = strconv.Itoa(int(s.cfg.Lockout.Duration / time.Second))
 		if err := s.store.SetSettings(ctx, seed); err != nil {
 			return fmt.Errorf("api: %w", err)
 		}
@@ -341,7 +352,7 @@ func (s *Service) ensureAdmin(ctx context.Context) error {
 	generated := pw == ""
 	if generated {
 		pw = randomPassword(20)
-	} else if err := defaultPasswordPolicy().check("admin", pw); err != nil {
+	} else if err := defaultPasswordPolicy().Check("admin", pw); err != nil {
 		return fmt.Errorf("api: admin password (CXLPOOL_ADMIN_PASSWORD): %w", err)
 	}
 	hash, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)

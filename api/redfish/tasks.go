@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"context"
@@ -13,9 +13,9 @@ import (
 )
 
 const (
-	taskServiceURI  = "/redfish/v1/TaskService"
-	tasksURI        = taskServiceURI + "/Tasks"
-	taskMonitorsURI = taskServiceURI + "/TaskMonitors"
+	TaskServiceURI  = "/redfish/v1/TaskService"
+	tasksURI        = TaskServiceURI + "/Tasks"
+	taskMonitorsURI = TaskServiceURI + "/TaskMonitors"
 )
 
 // Task states (Task.TaskState).
@@ -268,21 +268,21 @@ func (s *Service) taskBody(t *Task) Obj {
 		"TaskState":       t.state,
 		"TaskStatus":      status,
 		"PercentComplete": t.percent,
-		"StartTime":       t.start.Format(timeFormat),
+		"StartTime":       t.start.Format(TimeFormat),
 		"TaskMonitor":     t.MonitorURI(),
 		"Messages":        msgs,
 		"HidePayload":     true,
 	}
 	if !t.end.IsZero() {
-		o["EndTime"] = t.end.Format(timeFormat)
+		o["EndTime"] = t.end.Format(TimeFormat)
 	}
 	return o
 }
 
 func (s *Service) taskRoutes() {
-	s.Handle(http.MethodGet, taskServiceURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, TaskServiceURI, PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, Obj{
-			"@odata.id":                       taskServiceURI,
+			"@odata.id":                       TaskServiceURI,
 			"@odata.type":                     "#TaskService.v1_3_0.TaskService",
 			"Id":                              "TaskService",
 			"Name":                            "Task Service",
