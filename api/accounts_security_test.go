@@ -25,7 +25,7 @@ const streamTimeout = 10 * time.Second
 
 const accountsURI = "/redfish/v1/AccountService/Accounts"
 
-// maxDelay is the longest wait between failed sign-ins (auth.go).
+// maxDelay is the longest wait between failed sign-ins (redfish/auth.go).
 const maxDelay = 30 * time.Second
 
 // createAccount makes an account as the admin and returns its URI.

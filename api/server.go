@@ -1,27 +1,23 @@
-// Package api is cxlpool's management API: a DMTF Redfish service over the
-// capacity Manager, built on echo.
+// Package api is cxlpool's management API: the pool's Redfish resources,
+// served on the protocol core of package redfish (routes and privileges,
+// errors, decoding, queries, ETags, sessions and accounts, tasks, events,
+// transport limits).
 //
-// The framework (this file, router.go, respond.go, decode.go, errors.go,
-// registry.go, auth.go) gives every resource the same protocol habits:
-// authentication and a declared privilege per route, errors only from the
-// Base message registry, ETags and If-Match, $select/$top/$skip/$expand/$filter,
-// strict JSON decoding, audit logging of every change, tasks for long
-// operations and an event bus feeding SSE, push subscriptions and the event
-// log. Each resource lives in its own file and registers its routes with
-// Server.Handle from a function listed in Server.routes:
+// Server embeds the redfish.Service and adds the resources, each in its
+// own file, registering its routes with Handle from a function listed in
+// Server.routes:
 //
 //	func (s *Server) chunkRoutes() {
-//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", PrivLogin, s.getChunk)
+//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", redfish.PrivLogin, s.getChunk)
 //		s.Handle(http.MethodDelete, MemoryDomainURI+"/MemoryChunks/:id",
-//			PrivConfigureComponents|PrivHostCapacity, s.deleteChunk)
+//			redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
 //	}
 //
-// Handlers read the caller with PrincipalOf (CanSeeHost for host
-// isolation: 404 for other hosts' resources), decode bodies with Decode,
-// answer with WriteResource/WriteCreated/WriteCollection/NoContent, check
-// If-Match with IfMatch, return *Error values (or domain errors through
-// FromDomain) and Publish events; long operations StartTask and answer
-// Accepted.
+// The capacity domain's errors become Redfish errors in FromDomain
+// (domainerrors.go), the Manager's changes become events in poolevents.go,
+// and the pool's hosts become the protocol's hosts with hostRef (uris.go).
+// The TLS listener and its certificates (tls.go, certificates.go) are
+// here too, for now.
 package api
 
 import (
@@ -135,7 +131,7 @@ type Config struct {
 	// reconcile (consistency.go); violations become an event. Nil: none.
 	StartCheck func(context.Context) (dcd.InvariantReport, error)
 	// Transport bounds the listener's timeouts and connections
-	// (limits.go).
+	// (redfish/limits.go).
 	Transport redfish.Transport
 }
 
@@ -222,7 +218,7 @@ type Server struct {
 // start), builds the routes and starts the background feeders.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
-	svc, err := redfish.NewService(redfish.ServiceConfig{
+	svc, err := redfish.New(redfish.Config{
 		DataDir: cfg.DataDir, Logger: cfg.Logger, Clock: cfg.Clock,
 		AdminPassword: cfg.AdminPassword, Out: cfg.Out, SessionTimeout: cfg.SessionTimeout,
 		MaxBodyBytes: cfg.MaxBodyBytes, Lockout: cfg.Lockout, MaxSessionsPerAccount: cfg.MaxSessionsPerAccount,

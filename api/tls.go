@@ -46,7 +46,7 @@ func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
 }
 
 // ServeListener is Serve on a listener it takes over (and closes). The
-// connections it accepts are held to Config.Transport (limits.go).
+// connections it accepts are held to Config.Transport (redfish/limits.go).
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP bool) error {
 	tc := s.cfg.Transport
 	// HTTP/1.1 only: one request in flight per connection, so the

@@ -194,7 +194,7 @@ type Target struct {
 	URI  string // its @odata.id
 }
 
-// mapError is err as the *Error it is, or through ServiceConfig.MapError
+// mapError is err as the *Error it is, or through Config.MapError
 // (with the resource it was about), or 500.
 func (s *Service) mapError(err error, t Target) *Error {
 	if err == nil {

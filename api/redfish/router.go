@@ -280,7 +280,7 @@ func (s *Service) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // handleError writes every error response. Handlers return *Error (or a
-// domain error, mapped by ServiceConfig.MapError); echo's own errors are mapped to the
+// domain error, mapped by Config.MapError); echo's own errors are mapped to the
 // same registry messages.
 func (s *Service) handleError(err error, c echo.Context) {
 	e := s.toError(c, err)

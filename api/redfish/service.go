@@ -18,9 +18,9 @@ import (
 	"golang.org/x/crypto/bcrypt"
 )
 
-// ServiceConfig holds the protocol's dependencies and policy knobs. Zero
+// Config holds the protocol's dependencies and policy knobs. Zero
 // values mean the documented defaults.
-type ServiceConfig struct {
+type Config struct {
 	// DataDir holds accounts.db.
 	DataDir string
 	Logger  *slog.Logger
@@ -76,7 +76,7 @@ type Lockout struct {
 	Duration  time.Duration
 }
 
-func (c *ServiceConfig) defaults() {
+func (c *Config) defaults() {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
@@ -130,10 +130,10 @@ const InitialPasswordFile = "initial-admin-password"
 
 // Service is the Redfish protocol: routes with their privileges,
 // authentication, sessions and accounts, errors, tasks, events and the
-// transport's limits. Create it with NewService, register the resources'
+// transport's limits. Create it with New, register the resources'
 // routes with Handle, then Start it; serve Handler and Close it when done.
 type Service struct {
-	cfg   ServiceConfig
+	cfg   Config
 	log   *slog.Logger
 	reg   *Registries
 	store *Store
@@ -164,9 +164,9 @@ type Service struct {
 	streams   chan struct{} // closed when event streams must end
 }
 
-// NewService opens the accounts database (creating the admin account on
+// New opens the accounts database (creating the admin account on
 // first start) and builds the router, ready for the resources' routes.
-func NewService(cfg ServiceConfig) (*Service, error) {
+func New(cfg Config) (*Service, error) {
 	cfg.defaults()
 	if cfg.DataDir == "" {
 		return nil, errors.New("api: a data directory is required")

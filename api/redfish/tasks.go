@@ -37,7 +37,7 @@ type TaskResult struct {
 }
 
 // TaskFunc is a task's work. ctx ends when the service stops. An error is
-// mapped through ServiceConfig.MapError (with the task's Target) to the monitor's
+// mapped through Config.MapError (with the task's Target) to the monitor's
 // final response and the task ends Exception.
 type TaskFunc func(ctx context.Context, t *Task) (TaskResult, error)
 
