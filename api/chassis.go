@@ -1,11 +1,12 @@
 package api
 
 import (
-	"cxlpool/api/redfish"
 	"fmt"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // Chassis/Pool is the memory box itself. Its environmental resources

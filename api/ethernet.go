@@ -2,7 +2,6 @@ package api
 
 import (
 	"cmp"
-	"cxlpool/api/redfish"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // Managers/FM/EthernetInterfaces: the management computer's network

@@ -1,10 +1,11 @@
 package api
 
 import (
-	"cxlpool/api/redfish"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // Fabrics/CXL: the CXL fabric between the hosts and the device, with one

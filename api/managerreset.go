@@ -1,11 +1,12 @@
 package api
 
 import (
-	"cxlpool/api/redfish"
 	"net/http"
 	"slices"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // POST /redfish/v1/Managers/FM/Actions/Manager.Reset restarts the box,

@@ -1,10 +1,11 @@
 package api
 
 import (
-	"cxlpool/api/redfish"
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 const (

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"cxlpool/api/redfish"
 	"errors"
 	"net"
 	"net/http"
@@ -13,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // The management computer's network and time: ManagerNetworkProtocol

@@ -1,12 +1,13 @@
 package api
 
 import (
-	"cxlpool/api/redfish"
 	"fmt"
 	"net/http"
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // PATCH /redfish/v1/Systems/{id}: a host's quota, the one setting of a

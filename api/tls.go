@@ -9,7 +9,6 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"cxlpool/api/redfish"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -23,6 +22,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"cxlpool/api/redfish"
 )
 
 // TLS files inside DataDir/tls. An operator may replace them with a
