@@ -2,14 +2,15 @@ package api
 
 import (
 	"context"
-	"cxlpool/api/redfish"
-	"cxlpool/bmc"
-	"cxlpool/dcd"
-	"cxlpool/fabric"
 	"errors"
 	"fmt"
 	"net/http"
 	"strings"
+
+	"cxlpool/api/redfish"
+	"cxlpool/bmc"
+	"cxlpool/dcd"
+	"cxlpool/fabric"
 )
 
 // errQuota is 409 for capacity a host's quota has no room for, naming the
