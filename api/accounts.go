@@ -13,18 +13,13 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
-const (
-	accountServiceURI = "/redfish/v1/AccountService"
-	accountsURI       = accountServiceURI + "/Accounts"
-	rolesURI          = accountServiceURI + "/Roles"
-)
+const rolesURI = redfish.AccountServiceURI + "/Roles"
 
 var userNamePattern = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,31}$`)
-
-func accountURI(id int64) string { return accountsURI + "/" + strconv.FormatInt(id, 10) }
 
 // accountOem is ManagerAccount.Oem.CxlPool: the host binding.
 type accountOem struct {
@@ -70,50 +65,50 @@ type accountServicePatch struct {
 }
 
 func (s *Server) accountRoutes() {
-	s.Handle(http.MethodGet, accountServiceURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, redfish.AccountServiceURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.accountService())
 	})
-	s.Handle(http.MethodPatch, accountServiceURI, PrivConfigureUsers, s.patchAccountService)
-	s.Handle(http.MethodGet, accountsURI, PrivLogin, func(c echo.Context) error {
-		p := PrincipalOf(c)
+	s.Handle(http.MethodPatch, redfish.AccountServiceURI, redfish.PrivConfigureUsers, s.patchAccountService)
+	s.Handle(http.MethodGet, redfish.AccountsURI, redfish.PrivLogin, func(c echo.Context) error {
+		p := redfish.PrincipalOf(c)
 		var uris []string
-		byURI := map[string]Account{}
-		for _, a := range s.store.Accounts() {
+		byURI := map[string]redfish.Account{}
+		for _, a := range s.Store().Accounts() {
 			if canSeeAccount(p, a) {
-				u := accountURI(a.ID)
+				u := redfish.AccountURI(a.ID)
 				uris = append(uris, u)
 				byURI[u] = a
 			}
 		}
-		return s.WriteCollection(c, Collection{ODataID: accountsURI,
+		return s.WriteCollection(c, redfish.Collection{ODataID: redfish.AccountsURI,
 			ODataType: "#ManagerAccountCollection.ManagerAccountCollection", Name: "Accounts", Members: uris,
 			Expand: func(uri string) (any, error) { return s.accountBody(byURI[uri]), nil }})
 	})
-	s.Handle(http.MethodPost, accountsURI, PrivConfigureUsers, s.createAccount)
-	s.Handle(http.MethodGet, accountsURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodPost, redfish.AccountsURI, redfish.PrivConfigureUsers, s.createAccount)
+	s.Handle(http.MethodGet, redfish.AccountsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		a, err := s.findAccount(c)
 		if err != nil {
 			return err
 		}
 		return s.WriteResource(c, http.StatusOK, s.accountBody(a))
 	})
-	s.Handle(http.MethodPatch, accountsURI+"/:id", PrivConfigureUsers|PrivConfigureSelf, s.patchAccount)
-	s.Handle(http.MethodDelete, accountsURI+"/:id", PrivConfigureUsers, s.deleteAccount)
-	s.Handle(http.MethodGet, rolesURI, PrivLogin, func(c echo.Context) error {
-		uris := make([]string, len(roles))
-		for i, r := range roles {
+	s.Handle(http.MethodPatch, redfish.AccountsURI+"/:id", redfish.PrivConfigureUsers|redfish.PrivConfigureSelf, s.patchAccount)
+	s.Handle(http.MethodDelete, redfish.AccountsURI+"/:id", redfish.PrivConfigureUsers, s.deleteAccount)
+	s.Handle(http.MethodGet, rolesURI, redfish.PrivLogin, func(c echo.Context) error {
+		uris := make([]string, len(redfish.Roles))
+		for i, r := range redfish.Roles {
 			uris[i] = rolesURI + "/" + r.ID
 		}
-		return s.WriteCollection(c, Collection{ODataID: rolesURI, ODataType: "#RoleCollection.RoleCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: rolesURI, ODataType: "#RoleCollection.RoleCollection",
 			Name: "Roles", Members: uris, Expand: func(uri string) (any, error) {
-				r, _ := LookupRole(uri[len(rolesURI)+1:])
+				r, _ := redfish.LookupRole(uri[len(rolesURI)+1:])
 				return roleBody(r), nil
 			}})
 	})
-	s.Handle(http.MethodGet, rolesURI+"/:id", PrivLogin, func(c echo.Context) error {
-		r, ok := LookupRole(c.Param("id"))
+	s.Handle(http.MethodGet, rolesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
+		r, ok := redfish.LookupRole(c.Param("id"))
 		if !ok {
-			return ErrResourceNotFound("Role", c.Param("id"))
+			return redfish.ErrResourceNotFound("Role", c.Param("id"))
 		}
 		return s.WriteResource(c, http.StatusOK, roleBody(r))
 	})
@@ -121,24 +116,24 @@ func (s *Server) accountRoutes() {
 
 // canSeeAccount: user administrators see every account, others only
 // their own.
-func canSeeAccount(p *Principal, a Account) bool {
-	return p.Has(PrivConfigureUsers) || a.UID == p.AccountUID
+func canSeeAccount(p *redfish.Principal, a redfish.Account) bool {
+	return p.Has(redfish.PrivConfigureUsers) || a.UID == p.AccountUID
 }
 
-func (s *Server) findAccount(c echo.Context) (Account, error) {
+func (s *Server) findAccount(c echo.Context) (redfish.Account, error) {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil {
-		return Account{}, ErrResourceNotFound("ManagerAccount", c.Param("id"))
+		return redfish.Account{}, redfish.ErrResourceNotFound("ManagerAccount", c.Param("id"))
 	}
-	a, ok := s.store.Account(id)
-	if !ok || !canSeeAccount(PrincipalOf(c), a) {
-		return Account{}, ErrResourceNotFound("ManagerAccount", c.Param("id"))
+	a, ok := s.Store().Account(id)
+	if !ok || !canSeeAccount(redfish.PrincipalOf(c), a) {
+		return redfish.Account{}, redfish.ErrResourceNotFound("ManagerAccount", c.Param("id"))
 	}
 	return a, nil
 }
 
-func roleBody(r Role) Obj {
-	return Obj{
+func roleBody(r redfish.Role) redfish.Obj {
+	return redfish.Obj{
 		"@odata.id":          rolesURI + "/" + r.ID,
 		"@odata.type":        "#Role.v1_3_3.Role",
 		"Id":                 r.ID,
@@ -152,9 +147,9 @@ func roleBody(r Role) Obj {
 	}
 }
 
-func (s *Server) accountBody(a Account) Obj {
-	o := Obj{
-		"@odata.id":              accountURI(a.ID),
+func (s *Server) accountBody(a redfish.Account) redfish.Obj {
+	o := redfish.Obj{
+		"@odata.id":              redfish.AccountURI(a.ID),
 		"@odata.type":            "#ManagerAccount.v1_14_1.ManagerAccount",
 		"Id":                     strconv.FormatInt(a.ID, 10),
 		"Name":                   "User Account",
@@ -162,44 +157,44 @@ func (s *Server) accountBody(a Account) Obj {
 		"Password":               nil,
 		"RoleId":                 a.Role,
 		"Enabled":                a.Enabled,
-		"Locked":                 s.auth.locked(a.UserName),
+		"Locked":                 s.Auth().Locked(a.UserName),
 		"AccountTypes":           []string{"Redfish"},
 		"PasswordChangeRequired": a.PasswordChangeRequired,
-		"Links":                  Obj{"Role": Link(rolesURI + "/" + a.Role)},
+		"Links":                  redfish.Obj{"Role": redfish.Link(rolesURI + "/" + a.Role)},
 	}
 	if a.HostID != nil {
-		oem := Obj{"SystemId": SystemID(*a.HostID)}
+		oem := redfish.Obj{"SystemId": SystemID(dcd.HostID(*a.HostID))}
 		if s.HasRoute(SystemsURI) {
-			oem["System"] = Link(SystemURI(*a.HostID))
+			oem["System"] = redfish.Link(SystemURI(dcd.HostID(*a.HostID)))
 		}
 		o["Oem"] = oemschema.Oem("ManagerAccount", oem)
 	}
 	return o
 }
 
-func (s *Server) accountService() Obj {
-	_, threshold, lockFor := s.auth.policy()
-	pw := s.auth.passwordPolicy()
-	return Obj{
-		"@odata.id":                         accountServiceURI,
+func (s *Server) accountService() redfish.Obj {
+	_, threshold, lockFor := s.Auth().Policy()
+	pw := s.Auth().PasswordPolicy()
+	return redfish.Obj{
+		"@odata.id":                         redfish.AccountServiceURI,
 		"@odata.type":                       "#AccountService.v1_18_1.AccountService",
 		"Id":                                "AccountService",
 		"Name":                              "Account Service",
 		"Description":                       "Local accounts and roles",
 		"ServiceEnabled":                    true,
-		"Status":                            Obj{"State": "Enabled", "Health": "OK"},
+		"Status":                            redfish.Obj{"State": "Enabled", "Health": "OK"},
 		"LocalAccountAuth":                  "Enabled",
 		"HTTPBasicAuth":                     "Enabled",
-		"MinPasswordLength":                 pw.min,
-		"MaxPasswordLength":                 pw.max,
-		"PasswordGuidanceMessage":           pw.guidance(),
+		"MinPasswordLength":                 pw.Min,
+		"MaxPasswordLength":                 pw.Max,
+		"PasswordGuidanceMessage":           pw.Guidance(),
 		"AccountLockoutThreshold":           threshold,
 		"AccountLockoutDuration":            int(lockFor / time.Second),
 		"AccountLockoutCounterResetAfter":   int(lockFor / time.Second),
 		"AccountLockoutCounterResetEnabled": true,
 		"SupportedAccountTypes":             []string{"Redfish"},
-		"Accounts":                          Link(accountsURI),
-		"Roles":                             Link(rolesURI),
+		"Accounts":                          redfish.Link(redfish.AccountsURI),
+		"Roles":                             redfish.Link(rolesURI),
 	}
 }
 
@@ -216,52 +211,52 @@ func (s *Server) patchAccountService(c echo.Context) error {
 	var lockFor *time.Duration
 	if v := req.AccountLockoutThreshold; v != nil {
 		if *v < 0 || *v > 1000 {
-			return ErrPropertyValueOutOfRange(strconv.Itoa(*v), "AccountLockoutThreshold")
+			return redfish.ErrPropertyValueOutOfRange(strconv.Itoa(*v), "AccountLockoutThreshold")
 		}
 		threshold = v
-		set[settingLockoutThreshold] = strconv.Itoa(*v)
+		set[redfish.SettingLockoutThreshold] = strconv.Itoa(*v)
 	}
 	if v := req.AccountLockoutDuration; v != nil {
 		if *v < 1 || *v > 86400 {
-			return ErrPropertyValueOutOfRange(strconv.Itoa(*v), "AccountLockoutDuration")
+			return redfish.ErrPropertyValueOutOfRange(strconv.Itoa(*v), "AccountLockoutDuration")
 		}
 		d := time.Duration(*v) * time.Second
 		lockFor = &d
-		set[settingLockoutDuration] = strconv.Itoa(*v)
+		set[redfish.SettingLockoutDuration] = strconv.Itoa(*v)
 	}
-	pw := s.auth.passwordPolicy()
+	pw := s.Auth().PasswordPolicy()
 	if v := req.MinPasswordLength; v != nil {
-		pw.min = *v
-		set[settingMinPasswordLength] = strconv.Itoa(*v)
+		pw.Min = *v
+		set[redfish.SettingMinPasswordLength] = strconv.Itoa(*v)
 	}
 	if v := req.MaxPasswordLength; v != nil {
-		pw.max = *v
-		set[settingMaxPasswordLength] = strconv.Itoa(*v)
+		pw.Max = *v
+		set[redfish.SettingMaxPasswordLength] = strconv.Itoa(*v)
 	}
-	if err := pw.valid(); err != nil {
-		prop, v := "MinPasswordLength", pw.min
-		if req.MaxPasswordLength != nil && (pw.max > bcryptMaxPassword || req.MinPasswordLength == nil) {
-			prop, v = "MaxPasswordLength", pw.max
+	if err := pw.Valid(); err != nil {
+		prop, v := "MinPasswordLength", pw.Min
+		if req.MaxPasswordLength != nil && (pw.Max > redfish.BcryptMaxPassword || req.MinPasswordLength == nil) {
+			prop, v = "MaxPasswordLength", pw.Max
 		}
-		e := ErrPropertyValueOutOfRange(strconv.Itoa(v), prop)
+		e := redfish.ErrPropertyValueOutOfRange(strconv.Itoa(v), prop)
 		e.Messages[0].Resolution = fmt.Sprintf("MinPasswordLength must be at least %d and MaxPasswordLength at most %d "+
-			"(bcrypt reads no further), with the minimum not above the maximum.", lowestMinPasswordLength, bcryptMaxPassword)
+			"(bcrypt reads no further), with the minimum not above the maximum.", redfish.LowestMinPasswordLength, redfish.BcryptMaxPassword)
 		return e
 	}
 	if len(set) > 0 {
-		if err := s.store.SetSettings(c.Request().Context(), set); err != nil {
-			return ErrInternal(err)
+		if err := s.Store().SetSettings(c.Request().Context(), set); err != nil {
+			return redfish.ErrInternal(err)
 		}
-		s.auth.setPolicy(nil, threshold, lockFor)
-		s.auth.setPasswordPolicy(pw)
-		s.Publish(Event{MessageKey: MsgResourceChanged, Origin: accountServiceURI})
+		s.Auth().SetPolicy(nil, threshold, lockFor)
+		s.Auth().SetPasswordPolicy(pw)
+		s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: redfish.AccountServiceURI})
 	}
 	return s.WriteResource(c, http.StatusOK, s.accountService())
 }
 
 // hostBinding validates Oem.CxlPool.SystemId against the role: host roles
 // need an existing host, other roles must not name one.
-func (s *Server) hostBinding(role string, oem *accountOem, current *dcd.HostID) (*dcd.HostID, error) {
+func (s *Server) hostBinding(role string, oem *accountOem, current *redfish.HostID) (*redfish.HostID, error) {
 	host := current
 	if oem != nil && oem.CxlPool != nil && oem.CxlPool.SystemID != nil {
 		id := *oem.CxlPool.SystemID
@@ -270,17 +265,17 @@ func (s *Server) hostBinding(role string, oem *accountOem, current *dcd.HostID) 
 		} else {
 			h, err := ParseSystemID(id)
 			if err != nil || !s.hostExists(h) {
-				return nil, ErrPropertyValueNotInList(id, "Oem/CxlPool/SystemId")
+				return nil, redfish.ErrPropertyValueNotInList(id, "Oem/CxlPool/SystemId")
 			}
-			host = &h
+			host = hostRef(h)
 		}
 	}
-	r, _ := LookupRole(role)
+	r, _ := redfish.LookupRole(role)
 	switch {
 	case r.HostBound && host == nil:
-		return nil, ErrPropertyMissing("Oem/CxlPool/SystemId")
+		return nil, redfish.ErrPropertyMissing("Oem/CxlPool/SystemId")
 	case !r.HostBound && host != nil:
-		return nil, ErrPropertyValueConflict("Oem/CxlPool/SystemId", "RoleId")
+		return nil, redfish.ErrPropertyValueConflict("Oem/CxlPool/SystemId", "RoleId")
 	}
 	return host, nil
 }
@@ -294,12 +289,12 @@ func (s *Server) hostExists(h dcd.HostID) bool {
 }
 
 func (s *Server) hashPassword(user, pw string) (string, error) {
-	if err := s.auth.passwordPolicy().check(user, pw); err != nil {
-		return "", errPassword(err)
+	if err := s.Auth().PasswordPolicy().Check(user, pw); err != nil {
+		return "", redfish.ErrPassword(err)
 	}
 	h, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
 	if err != nil {
-		return "", ErrInternal(err)
+		return "", redfish.ErrInternal(err)
 	}
 	return string(h), nil
 }
@@ -310,7 +305,7 @@ func (s *Server) createAccount(c echo.Context) error {
 		return err
 	}
 	if !userNamePattern.MatchString(req.UserName) {
-		return ErrPropertyValueFormat(req.UserName, "UserName")
+		return redfish.ErrPropertyValueFormat(req.UserName, "UserName")
 	}
 	host, err := s.hostBinding(req.RoleID, req.Oem, nil)
 	if err != nil {
@@ -321,17 +316,17 @@ func (s *Server) createAccount(c echo.Context) error {
 		return err
 	}
 	enabled := req.Enabled == nil || *req.Enabled
-	a, err := s.store.CreateAccount(c.Request().Context(), Account{UserName: req.UserName, PasswordHash: hash,
+	a, err := s.Store().CreateAccount(c.Request().Context(), redfish.Account{UserName: req.UserName, PasswordHash: hash,
 		Role: req.RoleID, Enabled: enabled, HostID: host,
 		PasswordChangeRequired: req.PasswordChangeRequired != nil && *req.PasswordChangeRequired})
-	if errors.Is(err, errDuplicate) {
-		return ErrResourceAlreadyExists("ManagerAccount", "UserName", req.UserName)
+	if errors.Is(err, redfish.ErrDuplicate) {
+		return redfish.ErrResourceAlreadyExists("ManagerAccount", "UserName", req.UserName)
 	}
 	if err != nil {
-		return ErrInternal(err)
+		return redfish.ErrInternal(err)
 	}
-	s.Publish(Event{MessageKey: MsgResourceCreated, Origin: accountURI(a.ID)})
-	return s.WriteCreated(c, accountURI(a.ID), s.accountBody(a))
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceCreated, Origin: redfish.AccountURI(a.ID)})
+	return s.WriteCreated(c, redfish.AccountURI(a.ID), s.accountBody(a))
 }
 
 // patchAccount: user administrators change anything; everyone else may
@@ -345,15 +340,15 @@ func (s *Server) patchAccount(c echo.Context) error {
 	if err := s.Decode(c, &req); err != nil {
 		return err
 	}
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	others := req.UserName != nil || req.RoleID != nil || req.Enabled != nil || req.Locked != nil ||
 		req.AccountTypes != nil || req.Oem != nil || req.PasswordChangeRequired != nil
-	if p.passwordChange && others {
+	if p.PasswordChange && others {
 		// Until it has a new password the account may set only that.
-		return errPasswordChangeRequired(accountURI(a.ID))
+		return redfish.ErrPasswordChangeRequired(redfish.AccountURI(a.ID))
 	}
-	if !p.Has(PrivConfigureUsers) && others {
-		return ErrInsufficientPrivilege()
+	if !p.Has(redfish.PrivConfigureUsers) && others {
+		return redfish.ErrInsufficientPrivilege()
 	}
 	if err := s.IfMatch(c, s.accountBody(a)); err != nil {
 		return err
@@ -361,7 +356,7 @@ func (s *Server) patchAccount(c echo.Context) error {
 	n := a
 	if req.UserName != nil {
 		if !userNamePattern.MatchString(*req.UserName) {
-			return ErrPropertyValueFormat(*req.UserName, "UserName")
+			return redfish.ErrPropertyValueFormat(*req.UserName, "UserName")
 		}
 		n.UserName = *req.UserName
 	}
@@ -373,7 +368,7 @@ func (s *Server) patchAccount(c echo.Context) error {
 	}
 	if req.Locked != nil && *req.Locked {
 		// Only the service locks accounts; clients may only unlock.
-		return ErrPropertyValueNotInList("true", "Locked")
+		return redfish.ErrPropertyValueNotInList("true", "Locked")
 	}
 	if n.HostID, err = s.hostBinding(n.Role, req.Oem, a.HostID); err != nil {
 		return err
@@ -389,20 +384,20 @@ func (s *Server) patchAccount(c echo.Context) error {
 		// a temporary password the user must replace.
 		n.PasswordChangeRequired = *req.PasswordChangeRequired
 	}
-	if s.wouldRemoveLastAdmin(a, n.Role == RoleAdministrator && n.Enabled) {
-		return ErrResourceInUse()
+	if s.wouldRemoveLastAdmin(a, n.Role == redfish.RoleAdministrator && n.Enabled) {
+		return redfish.ErrResourceInUse()
 	}
-	n, err = s.store.UpdateAccount(c.Request().Context(), n)
-	if errors.Is(err, errDuplicate) {
-		return ErrResourceAlreadyExists("ManagerAccount", "UserName", *req.UserName)
+	n, err = s.Store().UpdateAccount(c.Request().Context(), n)
+	if errors.Is(err, redfish.ErrDuplicate) {
+		return redfish.ErrResourceAlreadyExists("ManagerAccount", "UserName", *req.UserName)
 	}
 	if err != nil {
-		return ErrInternal(err)
+		return redfish.ErrInternal(err)
 	}
 	if req.Locked != nil {
-		s.auth.unlock(a.UserName)
+		s.Auth().Unlock(a.UserName)
 		if n.UserName != a.UserName {
-			s.auth.unlock(n.UserName)
+			s.Auth().Unlock(n.UserName)
 		}
 	}
 	if req.Password != nil || !n.Enabled || n.UserName != a.UserName {
@@ -410,22 +405,22 @@ func (s *Server) patchAccount(c echo.Context) error {
 		if !n.Enabled || p.AccountUID != a.UID {
 			keep = "" // only the account's own password change keeps its session
 		}
-		s.auth.dropAccountSessions(a.UID, keep)
+		s.Auth().DropAccountSessions(a.UID, keep)
 	}
 	// Streams of the account re-check it (role, host binding, name).
-	s.auth.accountsChanged()
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: accountURI(a.ID)})
+	s.Auth().AccountsChanged()
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: redfish.AccountURI(a.ID)})
 	return s.WriteResource(c, http.StatusOK, s.accountBody(n))
 }
 
 // wouldRemoveLastAdmin reports whether changing a so that it is (or is
 // not) still an enabled Administrator leaves the service without one.
-func (s *Server) wouldRemoveLastAdmin(a Account, stillAdmin bool) bool {
-	if stillAdmin || a.Role != RoleAdministrator || !a.Enabled {
+func (s *Server) wouldRemoveLastAdmin(a redfish.Account, stillAdmin bool) bool {
+	if stillAdmin || a.Role != redfish.RoleAdministrator || !a.Enabled {
 		return false
 	}
-	for _, o := range s.store.Accounts() {
-		if o.ID != a.ID && o.Role == RoleAdministrator && o.Enabled {
+	for _, o := range s.Store().Accounts() {
+		if o.ID != a.ID && o.Role == redfish.RoleAdministrator && o.Enabled {
 			return false
 		}
 	}
@@ -441,17 +436,17 @@ func (s *Server) deleteAccount(c echo.Context) error {
 		return err
 	}
 	if s.wouldRemoveLastAdmin(a, false) {
-		return ErrResourceCannotBeDeleted()
+		return redfish.ErrResourceCannotBeDeleted()
 	}
-	if err := s.store.DeleteAccount(c.Request().Context(), a.ID); err != nil {
-		return ErrInternal(err)
+	if err := s.Store().DeleteAccount(c.Request().Context(), a.ID); err != nil {
+		return redfish.ErrInternal(err)
 	}
 	// Nothing the account owned outlives it: sessions and streams end,
 	// its push subscriptions go, its tasks are bound to its UID, which
 	// no other account will have.
-	s.auth.dropAccountSessions(a.UID, "")
-	s.auth.unlock(a.UserName)
-	s.deleteOwnedSubscriptions(context.WithoutCancel(c.Request().Context()), a.UID)
-	s.Publish(Event{MessageKey: MsgResourceRemoved, Origin: accountURI(a.ID)})
+	s.Auth().DropAccountSessions(a.UID, "")
+	s.Auth().Unlock(a.UserName)
+	s.DeleteOwnedSubscriptions(context.WithoutCancel(c.Request().Context()), a.UID)
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceRemoved, Origin: redfish.AccountURI(a.ID)})
 	return s.NoContent(c)
 }

@@ -15,6 +15,7 @@ import (
 
 	"cxlpool/api"
 	"cxlpool/api/apitest"
+	"cxlpool/api/redfish"
 )
 
 // streamTimeout bounds how long a test waits for a stream to end once its
@@ -24,7 +25,7 @@ const streamTimeout = 10 * time.Second
 
 const accountsURI = "/redfish/v1/AccountService/Accounts"
 
-// maxDelay is the longest wait between failed sign-ins (auth.go).
+// maxDelay is the longest wait between failed sign-ins (redfish/auth.go).
 const maxDelay = 30 * time.Second
 
 // createAccount makes an account as the admin and returns its URI.
@@ -53,7 +54,7 @@ func lastSegment(uri string) int {
 // handed out again, and tasks belong to the account's identity.
 func TestAttackAccountIDReuse(t *testing.T) {
 	env := apitest.NewServer(t)
-	opURI := createAccount(t, env, "op2", api.RoleOperator, "")
+	opURI := createAccount(t, env, "op2", redfish.RoleOperator, "")
 	op := env.Login("op2", apitest.UserPassword)
 	chunk := reserve(t, op, blockMiB, nil)
 	mon := startConnect(t, op, chunk, 2)
@@ -64,7 +65,7 @@ func TestAttackAccountIDReuse(t *testing.T) {
 	task := taskOf(t, op, final)["@odata.id"].(string)
 
 	wantStatus(t, "delete op2", env.Admin.Delete(opURI), http.StatusNoContent, "")
-	hostURI := createAccount(t, env, "newhost", api.RoleHostUser, "Host0")
+	hostURI := createAccount(t, env, "newhost", redfish.RoleHostUser, "Host0")
 	if got, old := lastSegment(hostURI), lastSegment(opURI); got <= old {
 		t.Errorf("new account Id %d after deleting Id %d: want a larger one (Ids never reused)", got, old)
 	}
@@ -77,7 +78,7 @@ func TestAttackAccountIDReuse(t *testing.T) {
 	}
 	wantStatus(t, "old account URI", env.Admin.Get(opURI), http.StatusNotFound, "ResourceNotFound")
 	// Logged in again under the old name, an account is still someone new.
-	createAccount(t, env, "op2", api.RoleHostUser, "Host2")
+	createAccount(t, env, "op2", redfish.RoleHostUser, "Host2")
 	again := env.Login("op2", apitest.UserPassword)
 	wantStatus(t, "recreated name, old task monitor", again.Get(mon), http.StatusCreated, "") // Host2's task: its host's
 	tasks = again.GetOK("/redfish/v1/TaskService/Tasks")
@@ -165,29 +166,29 @@ func TestStreamsEndWithTheirPrincipal(t *testing.T) {
 		basic  bool
 		change func(t *testing.T, uri string, c *apitest.Client)
 	}{
-		{"deleted", api.RoleHostUser, "Host0", false, func(t *testing.T, uri string, _ *apitest.Client) {
+		{"deleted", redfish.RoleHostUser, "Host0", false, func(t *testing.T, uri string, _ *apitest.Client) {
 			wantStatus(t, "delete", env.Admin.Delete(uri), http.StatusNoContent, "")
 		}},
-		{"disabled", api.RoleHostUser, "Host0", false, func(t *testing.T, uri string, _ *apitest.Client) {
+		{"disabled", redfish.RoleHostUser, "Host0", false, func(t *testing.T, uri string, _ *apitest.Client) {
 			wantStatus(t, "disable", env.Admin.Patch(uri, map[string]any{"Enabled": false}), http.StatusOK, "")
 		}},
-		{"re-bound to another host", api.RoleHostUser, "Host0", false, func(t *testing.T, uri string, _ *apitest.Client) {
+		{"re-bound to another host", redfish.RoleHostUser, "Host0", false, func(t *testing.T, uri string, _ *apitest.Client) {
 			wantStatus(t, "rebind", env.Admin.Patch(uri, map[string]any{
 				"Oem": map[string]any{"CxlPool": map[string]any{"SystemId": "Host1"}}}), http.StatusOK, "")
 		}},
-		{"given another role", api.RoleOperator, "", false, func(t *testing.T, uri string, _ *apitest.Client) {
+		{"given another role", redfish.RoleOperator, "", false, func(t *testing.T, uri string, _ *apitest.Client) {
 			wantStatus(t, "demote", env.Admin.Patch(uri, map[string]any{"RoleId": "ReadOnly"}), http.StatusOK, "")
 		}},
-		{"session logged out", api.RoleHostUser, "Host0", false, func(t *testing.T, _ string, c *apitest.Client) {
+		{"session logged out", redfish.RoleHostUser, "Host0", false, func(t *testing.T, _ string, c *apitest.Client) {
 			wantStatus(t, "logout", c.Delete(c.Session), http.StatusNoContent, "")
 		}},
-		{"session deleted by an administrator", api.RoleOperator, "", false, func(t *testing.T, _ string, c *apitest.Client) {
+		{"session deleted by an administrator", redfish.RoleOperator, "", false, func(t *testing.T, _ string, c *apitest.Client) {
 			wantStatus(t, "delete session", env.Admin.Delete(c.Session), http.StatusNoContent, "")
 		}},
-		{"Basic password changed", api.RoleHostUser, "Host0", true, func(t *testing.T, uri string, _ *apitest.Client) {
+		{"Basic password changed", redfish.RoleHostUser, "Host0", true, func(t *testing.T, uri string, _ *apitest.Client) {
 			wantStatus(t, "password", env.Admin.Patch(uri, map[string]any{"Password": "another-pass-9"}), http.StatusOK, "")
 		}},
-		{"deleted, Basic", api.RoleOperator, "", true, func(t *testing.T, uri string, _ *apitest.Client) {
+		{"deleted, Basic", redfish.RoleOperator, "", true, func(t *testing.T, uri string, _ *apitest.Client) {
 			wantStatus(t, "delete", env.Admin.Delete(uri), http.StatusNoContent, "")
 		}},
 	} {
@@ -214,7 +215,7 @@ func TestTelemetryStreamEndsWithItsAccount(t *testing.T) {
 	if env.Config.Telemetry == nil {
 		t.Skip("no telemetry in this build of the appliance")
 	}
-	uri := createAccount(t, env, "wsuser", api.RoleOperator, "")
+	uri := createAccount(t, env, "wsuser", redfish.RoleOperator, "")
 	c := env.Login("wsuser", apitest.UserPassword)
 	wsURL := "ws" + strings.TrimPrefix(env.HTTP.URL, "http") + api.TelemetryStreamURI
 	conn, resp, err := websocket.DefaultDialer.Dial(wsURL, http.Header{"X-Auth-Token": {c.Token}})
@@ -256,7 +257,7 @@ func TestAttackSSEFlood(t *testing.T) {
 	open := perAccount
 	for i := 0; open < total-8; i++ {
 		name := "flood" + strconv.Itoa(i)
-		createAccount(t, env, name, api.RoleReadOnly, "")
+		createAccount(t, env, name, redfish.RoleReadOnly, "")
 		c := env.Login(name, apitest.UserPassword)
 		for j := 0; j < perAccount && open < total-8; j++ {
 			openStream(t, env, c)
@@ -339,7 +340,7 @@ func TestAttackSessionTableFill(t *testing.T) {
 	// reserve, administrators still get in.
 	for i := 0; ; i++ {
 		name := "fill" + strconv.Itoa(i)
-		createAccount(t, env, name, api.RoleReadOnly, "")
+		createAccount(t, env, name, redfish.RoleReadOnly, "")
 		refused := false
 		for range 4 {
 			r := env.Anon.Post("/redfish/v1/SessionService/Sessions", map[string]any{"UserName": name, "Password": apitest.UserPassword})
@@ -372,7 +373,7 @@ func TestAttackSessionTableFill(t *testing.T) {
 // the audit and event logs.
 func TestAttackLockoutFromOneSource(t *testing.T) {
 	env := apitest.NewServer(t, apitest.Options{Config: func(c *api.Config) {
-		c.Lockout = api.Lockout{Threshold: 5, Duration: 5 * time.Minute}
+		c.Lockout = redfish.Lockout{Threshold: 5, Duration: 5 * time.Minute}
 	}})
 	attacker := env.Anon.From("127.0.0.2")
 	login := func(c *apitest.Client, pw string) *apitest.Response {
@@ -568,7 +569,7 @@ func TestDefaultHostQuota(t *testing.T) {
 // the telemetry stream.
 func TestOwnedObjectsEndWithTheirAccount(t *testing.T) {
 	env := apitest.NewServer(t)
-	uri := createAccount(t, env, "subowner", api.RoleOperator, "")
+	uri := createAccount(t, env, "subowner", redfish.RoleOperator, "")
 	c := env.Login("subowner", apitest.UserPassword)
 	r := c.Post("/redfish/v1/EventService/Subscriptions", map[string]any{
 		"Destination": "https://127.0.0.1:9/events", "Protocol": "Redfish"})

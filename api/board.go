@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/bmc/policy"
 	"cxlpool/dcd"
@@ -98,13 +99,13 @@ func (s *Server) feedAlarms(b Board) {
 // alarmEvent turns a policy log entry into a service event. Its registry
 // message ("ResourceEvent.1.4.ResourceWarningThresholdExceeded") loses
 // its version: the service resolves it against the registry it carries.
-func alarmEvent(e policy.LogEntry) Event {
+func alarmEvent(e policy.LogEntry) redfish.Event {
 	key := e.MessageID
 	if parts := strings.Split(key, "."); len(parts) > 2 {
 		key = parts[0] + "." + parts[len(parts)-1]
 	}
 	origin, host := boardOrigin(e.Origin)
-	return Event{MessageKey: key, Args: e.Args, Origin: origin, Host: host}
+	return redfish.Event{MessageKey: key, Args: e.Args, Origin: origin, Host: host}
 }
 
 var (
@@ -116,7 +117,7 @@ var (
 
 // boardOrigin maps the board item an alarm is about to the resource that
 // shows it, and to the host it concerns (a head's).
-func boardOrigin(item string) (string, *dcd.HostID) {
+func boardOrigin(item string) (string, *redfish.HostID) {
 	switch {
 	case item == "PolicyLoop":
 		return managerURI, nil
@@ -128,7 +129,7 @@ func boardOrigin(item string) (string, *dcd.HostID) {
 	if m := headIDRE.FindStringSubmatch(item); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil && n <= 0xFFFF {
 			h := dcd.HostID(n)
-			return SystemURI(h), &h
+			return SystemURI(h), hostRef(h)
 		}
 	}
 	if item != "" && item != "BoardController" && sensorIDRE.MatchString(item) {
@@ -138,14 +139,14 @@ func boardOrigin(item string) (string, *dcd.HostID) {
 }
 
 // boardStatus is a Status of a board item.
-func boardStatus(state bmc.State, health bmc.Health) Obj {
+func boardStatus(state bmc.State, health bmc.Health) redfish.Obj {
 	if state == "" {
 		state = bmc.Enabled
 	}
 	if health == "" {
 		health = bmc.OK
 	}
-	return Obj{"State": string(state), "Health": string(health)}
+	return redfish.Obj{"State": string(state), "Health": string(health)}
 }
 
 // worse returns the more severe of two healths.

@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/cci"
@@ -75,9 +76,9 @@ func (s *Server) capacitySetup() {
 	if s.mgr == nil {
 		return
 	}
-	owners, err := s.store.ChunkOwners(s.ctx)
+	owners, err := s.owners.ChunkOwners(s.ctx)
 	if err != nil {
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: chunk owners: %w", err))
+		s.RouteError(fmt.Errorf("api: chunk owners: %w", err))
 		return
 	}
 	c := &capacity{s: s, owners: owners, lost: map[dcd.ChunkID][]dcd.Grant{}, announced: map[dcd.GrantID]bool{}}
@@ -87,7 +88,7 @@ func (s *Server) capacitySetup() {
 	// notification still to come.
 	if err := c.scanLost(s.ctx); err != nil {
 		cancel()
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: lost grants: %w", err))
+		s.RouteError(fmt.Errorf("api: lost grants: %w", err))
 		return
 	}
 	s.bg.Add(1)
@@ -111,7 +112,7 @@ func (s *Server) capacitySetup() {
 		}
 	}()
 	if err := s.Metrics().Register(&poolCollector{s: s}); err != nil {
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: pool gauges: %w", err))
+		s.RouteError(fmt.Errorf("api: pool gauges: %w", err))
 	}
 }
 
@@ -147,7 +148,7 @@ func (c *capacity) owner(ch dcd.Chunk) (dcd.HostID, bool) {
 }
 
 func (c *capacity) setOwner(ctx context.Context, ch dcd.Chunk, h dcd.HostID) error {
-	if err := c.s.store.AddChunkOwner(ctx, ch.ID, ch.Tag, h); err != nil {
+	if err := c.s.owners.AddChunkOwner(ctx, ch.ID, ch.Tag, h); err != nil {
 		return err
 	}
 	c.omu.Lock()
@@ -164,7 +165,7 @@ func (c *capacity) dropOwner(ctx context.Context, id dcd.ChunkID) error {
 	if !ok {
 		return nil
 	}
-	return c.s.store.DeleteChunkOwner(ctx, id)
+	return c.s.owners.DeleteChunkOwner(ctx, id)
 }
 
 // poolView is one consistent snapshot of the pool.
@@ -192,16 +193,16 @@ type poolView struct {
 
 type renderedCollection struct {
 	members []string
-	r       *Rendered
+	r       *redfish.Rendered
 }
 
 // cachedCollection completes col with its members and, encoded once per
 // view and visibility, its default representation: the hot collections
 // (chunks, connections) are then served without re-encoding. key names
 // the collection; who may see what is added to it here.
-func (v *poolView) cachedCollection(p *Principal, key string, col Collection, members func() []string) (Collection, error) {
+func (v *poolView) cachedCollection(p *redfish.Principal, key string, col redfish.Collection, members func() []string) (redfish.Collection, error) {
 	if p.IsHost() {
-		key += "|" + SystemID(*p.HostID)
+		key += "|" + SystemID(dcd.HostID(*p.HostID))
 	}
 	if e, ok := v.renders.Load(key); ok {
 		rc := e.(renderedCollection)
@@ -209,9 +210,9 @@ func (v *poolView) cachedCollection(p *Principal, key string, col Collection, me
 		return col, nil
 	}
 	col.Members = members()
-	r, err := RenderCollection(col)
+	r, err := redfish.RenderCollection(col)
 	if err != nil {
-		return col, ErrInternal(err)
+		return col, redfish.ErrInternal(err)
 	}
 	col.Rendered = r
 	v.renders.Store(key, renderedCollection{members: col.Members, r: r})
@@ -369,15 +370,15 @@ func (v *poolView) usage() usage {
 // chunkVisible reports whether p may see chunk ch: everyone but host
 // accounts sees every chunk; a host sees the chunks it reserved and those
 // it holds or is being given.
-func (s *Server) chunkVisible(p *Principal, v *poolView, ch dcd.Chunk) bool {
+func (s *Server) chunkVisible(p *redfish.Principal, v *poolView, ch dcd.Chunk) bool {
 	if !p.IsHost() {
 		return true
 	}
-	if h, ok := s.capacity.owner(ch); ok && h == *p.HostID {
+	if h, ok := s.capacity.owner(ch); ok && redfish.HostID(h) == *p.HostID {
 		return true
 	}
 	for _, g := range v.chunkGrants(ch.ID) {
-		if g.Host == *p.HostID {
+		if redfish.HostID(g.Host) == *p.HostID {
 			return true
 		}
 	}
@@ -385,17 +386,17 @@ func (s *Server) chunkVisible(p *Principal, v *poolView, ch dcd.Chunk) bool {
 }
 
 // hostVisible reports whether a host exists on the device and p may see it.
-func hostVisible(p *Principal, v *poolView, h dcd.HostID) bool {
+func hostVisible(p *redfish.Principal, v *poolView, h dcd.HostID) bool {
 	_, ok := v.head(h)
-	return ok && p.CanSeeHost(h)
+	return ok && p.CanSeeHost(redfish.HostID(h))
 }
 
 // visibleHosts lists, in head order, the hosts p may see: the members of
 // every per-host collection (Systems, Zones, Endpoints).
-func (v *poolView) visibleHosts(p *Principal) []dcd.HostID {
+func (v *poolView) visibleHosts(p *redfish.Principal) []dcd.HostID {
 	var out []dcd.HostID
 	for _, h := range v.heads {
-		if ld := dcd.HostID(h.LD); p.CanSeeHost(ld) {
+		if ld := dcd.HostID(h.LD); p.CanSeeHost(redfish.HostID(ld)) {
 			out = append(out, ld)
 		}
 	}
@@ -406,7 +407,7 @@ func (v *poolView) visibleHosts(p *Principal) []dcd.HostID {
 func (s *Server) view(ctx context.Context) (*poolView, error) {
 	v, err := s.capacity.snapshot(ctx)
 	if err != nil {
-		return nil, ErrInternal(err)
+		return nil, redfish.ErrInternal(err)
 	}
 	return v, nil
 }
@@ -422,7 +423,7 @@ func sortedHeads(box fabric.Box) []fabric.Head {
 
 func mib(b uint64) uint64 { return b / mebibyte }
 
-func status(state string) Obj { return Obj{"State": state, "Health": "OK"} }
+func status(state string) redfish.Obj { return redfish.Obj{"State": state, "Health": "OK"} }
 
 // linkState is a host-facing head's Status.State: its link up or not.
 func linkState(h fabric.Head) string {
@@ -463,10 +464,10 @@ func refID(uri, collection string) (string, bool) {
 
 // extentsMiB renders extents as MemoryRegion.MemoryExtents, offsets
 // relative to the region's base.
-func extentsMiB(exts []cci.Extent, base uint64) []Obj {
-	out := make([]Obj, 0, len(exts))
+func extentsMiB(exts []cci.Extent, base uint64) []redfish.Obj {
+	out := make([]redfish.Obj, 0, len(exts))
 	for _, e := range exts {
-		o := Obj{
+		o := redfish.Obj{
 			"ExtentOffsetMiB": mib(e.DPA - base),
 			"ExtentSizeMiB":   mib(e.Length),
 			"Tag":             e.Tag.String(),
@@ -542,6 +543,6 @@ func (v *poolView) fitsOneRegion(rr dcd.ReserveRequest) error {
 	} else {
 		res += "Free capacity there first (release and delete chunks)."
 	}
-	return NewError(http.StatusConflict, Msg{Key: "Base.ResourceExhaustion", Args: []string{MemoryDomainURI}, Resolution: res}).
+	return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.ResourceExhaustion", Args: []string{MemoryDomainURI}, Resolution: res}).
 		WithCause(dcd.ErrNoCapacity)
 }

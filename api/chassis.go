@@ -5,6 +5,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // Chassis/Pool is the memory box itself. Its environmental resources
@@ -24,20 +26,20 @@ func (s *Server) chassisRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ChassisCollectionURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{ODataID: ChassisCollectionURI, ODataType: "#ChassisCollection.ChassisCollection",
+	s.Handle(http.MethodGet, ChassisCollectionURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: ChassisCollectionURI, ODataType: "#ChassisCollection.ChassisCollection",
 			Name: "Chassis", Members: []string{ChassisURI},
 			Expand: func(string) (any, error) { return s.chassis(), nil }})
 	})
-	s.Handle(http.MethodGet, ChassisURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ChassisURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.chassis())
 	})
 }
 
-func (s *Server) chassis() Obj {
+func (s *Server) chassis() redfish.Obj {
 	box := s.mgr.Box()
 	id := box.Identity
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":     ChassisURI,
 		"@odata.type":   "#Chassis.v1_28_0.Chassis",
 		"Id":            "Pool",
@@ -48,16 +50,16 @@ func (s *Server) chassis() Obj {
 		"SerialNumber":  serialString(id.Serial),
 		"PowerState":    "On",
 		"Status":        status("Enabled"),
-		"PCIeDevices":   Link(PCIeDevicesURI),
-		"MemoryDomains": Link(MemoryDomainsURI),
-		"Links":         Obj{"ManagedBy": Links(managerURI)},
+		"PCIeDevices":   redfish.Link(PCIeDevicesURI),
+		"MemoryDomains": redfish.Link(MemoryDomainsURI),
+		"Links":         redfish.Obj{"ManagedBy": redfish.Links(managerURI)},
 	}
 	if s.HasRoute(FabricAdaptersURI) {
-		o["FabricAdapters"] = Link(FabricAdaptersURI)
+		o["FabricAdapters"] = redfish.Link(FabricAdaptersURI)
 	}
 	for _, sub := range chassisSubsystems {
 		if s.HasRoute(sub.uri) {
-			o[sub.prop] = Link(sub.uri)
+			o[sub.prop] = redfish.Link(sub.uri)
 		}
 	}
 	s.chassisBoard(o) // the identify LED (headpower.go)

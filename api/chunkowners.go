@@ -2,7 +2,9 @@ package api
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
+	"time"
 
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
@@ -12,8 +14,14 @@ import (
 // capacity ledger records chunks, not who asked for them, and a host must
 // keep seeing the chunks it reserved across restarts.
 
+// chunkOwnerTable is the chunk_owners table of the accounts database.
+type chunkOwnerTable struct {
+	db    *sql.DB
+	clock func() time.Time
+}
+
 // ChunkOwners loads every chunk owner record.
-func (s *store) ChunkOwners(ctx context.Context) (map[dcd.ChunkID]chunkOwner, error) {
+func (s chunkOwnerTable) ChunkOwners(ctx context.Context) (map[dcd.ChunkID]chunkOwner, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT chunk_id, tag, host_id FROM chunk_owners`)
 	if err != nil {
 		return nil, fmt.Errorf("chunk owners: %w", err)
@@ -40,7 +48,7 @@ func (s *store) ChunkOwners(ctx context.Context) (map[dcd.ChunkID]chunkOwner, er
 }
 
 // AddChunkOwner records that host reserved chunk id (tagged tag).
-func (s *store) AddChunkOwner(ctx context.Context, id dcd.ChunkID, tag cci.Tag, host dcd.HostID) error {
+func (s chunkOwnerTable) AddChunkOwner(ctx context.Context, id dcd.ChunkID, tag cci.Tag, host dcd.HostID) error {
 	_, err := s.db.ExecContext(ctx, `INSERT OR REPLACE INTO chunk_owners (chunk_id, tag, host_id, created) VALUES (?, ?, ?, ?)`,
 		int64(id), tag[:], int64(host), s.clock().UnixNano())
 	if err != nil {
@@ -50,7 +58,7 @@ func (s *store) AddChunkOwner(ctx context.Context, id dcd.ChunkID, tag cci.Tag, 
 }
 
 // DeleteChunkOwner forgets the owner of a deleted chunk.
-func (s *store) DeleteChunkOwner(ctx context.Context, id dcd.ChunkID) error {
+func (s chunkOwnerTable) DeleteChunkOwner(ctx context.Context, id dcd.ChunkID) error {
 	if _, err := s.db.ExecContext(ctx, `DELETE FROM chunk_owners WHERE chunk_id = ?`, int64(id)); err != nil {
 		return fmt.Errorf("chunk owner %d: %w", id, err)
 	}

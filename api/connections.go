@@ -13,6 +13,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -66,10 +67,10 @@ func (s *Server) connectionRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ConnectionsURI, PrivLogin, s.getConnections)
-	s.Handle(http.MethodPost, ConnectionsURI, PrivConfigureComponents|PrivHostCapacity, s.postConnection)
-	s.Handle(http.MethodGet, ConnectionsURI+"/:id", PrivLogin, s.getConnection)
-	s.Handle(http.MethodDelete, ConnectionsURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.deleteConnection)
+	s.Handle(http.MethodGet, ConnectionsURI, redfish.PrivLogin, s.getConnections)
+	s.Handle(http.MethodPost, ConnectionsURI, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postConnection)
+	s.Handle(http.MethodGet, ConnectionsURI+"/:id", redfish.PrivLogin, s.getConnection)
+	s.Handle(http.MethodDelete, ConnectionsURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteConnection)
 }
 
 func (s *Server) getConnections(c echo.Context) error {
@@ -77,8 +78,8 @@ func (s *Server) getConnections(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := PrincipalOf(c)
-	col, err := v.cachedCollection(p, "connections", Collection{ODataID: ConnectionsURI,
+	p := redfish.PrincipalOf(c)
+	col, err := v.cachedCollection(p, "connections", redfish.Collection{ODataID: ConnectionsURI,
 		ODataType: "#ConnectionCollection.ConnectionCollection", Name: "CXL Connections",
 		Expand: func(uri string) (any, error) {
 			id, _ := refID(uri, ConnectionsURI)
@@ -89,7 +90,7 @@ func (s *Server) getConnections(c echo.Context) error {
 		}}, func() []string {
 		members := make([]string, 0, len(v.grants))
 		for _, g := range v.grants {
-			if p.CanSeeHost(g.Host) {
+			if p.CanSeeHost(redfish.HostID(g.Host)) {
 				members = append(members, ConnectionURI(g.ID))
 			}
 		}
@@ -110,8 +111,8 @@ func (s *Server) lookupConnection(c echo.Context) (dcd.Grant, dcd.Chunk, error) 
 	}
 	n, ok := parseID(c.Param("id"))
 	g, found := v.grant(dcd.GrantID(n))
-	if !ok || !found || !PrincipalOf(c).CanSeeHost(g.Host) {
-		return dcd.Grant{}, dcd.Chunk{}, ErrResourceNotFound("Connection", c.Param("id"))
+	if !ok || !found || !redfish.PrincipalOf(c).CanSeeHost(redfish.HostID(g.Host)) {
+		return dcd.Grant{}, dcd.Chunk{}, redfish.ErrResourceNotFound("Connection", c.Param("id"))
 	}
 	ch, ok := v.chunk(g.Chunk)
 	if !ok {
@@ -131,8 +132,8 @@ func (s *Server) getConnection(c echo.Context) error {
 // errMissingAtURI answers a request naming a resource that does not exist
 // or that the caller may not see: 404, like a GET of it would be, so
 // that a host cannot probe other hosts' resources through request bodies.
-func errMissingAtURI(uri, prop string) *Error {
-	return NewError(http.StatusNotFound, M("Base.ResourceMissingAtURI", uri).WithRelated(prop))
+func errMissingAtURI(uri, prop string) *redfish.Error {
+	return redfish.NewError(http.StatusNotFound, redfish.M("Base.ResourceMissingAtURI", uri).WithRelated(prop))
 }
 
 // exactlyOne refuses an array property that must hold one element (a
@@ -140,9 +141,9 @@ func errMissingAtURI(uri, prop string) *Error {
 func exactlyOne(prop string, n int) error {
 	switch {
 	case n == 0:
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop))
+		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop))
 	case n > 1:
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", prop, 1).WithRelated(prop))
+		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooLong", prop, 1).WithRelated(prop))
 	}
 	return nil
 }
@@ -162,10 +163,10 @@ func (s *Server) postConnection(c echo.Context) error {
 	}
 	inits := req.Links.InitiatorEndpoints
 	if len(inits) == 0 {
-		return NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", "Links/InitiatorEndpoints", 1).WithRelated("Links/InitiatorEndpoints"))
+		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooShort", "Links/InitiatorEndpoints", 1).WithRelated("Links/InitiatorEndpoints"))
 	}
 	ctx := c.Request().Context()
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	v, err := s.view(ctx)
 	if err != nil {
 		return err
@@ -173,7 +174,7 @@ func (s *Server) postConnection(c echo.Context) error {
 	const chunkProp = "MemoryChunkInfo/0/MemoryChunk"
 	id, ok := refID(info.MemoryChunk.ID, ChunksURI)
 	if !ok {
-		return ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
+		return redfish.ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
 	}
 	n, ok := parseID(id)
 	ch, found := v.chunk(dcd.ChunkID(n))
@@ -185,7 +186,7 @@ func (s *Server) postConnection(c echo.Context) error {
 		prop := "Links/InitiatorEndpoints/" + strconv.Itoa(i)
 		eid, ok := refID(ref.ID, EndpointsURI)
 		if !ok {
-			return ErrPropertyValueFormat(ref.ID, prop)
+			return redfish.ErrPropertyValueFormat(ref.ID, prop)
 		}
 		h, initiator, ok := parseEndpointID(eid)
 		if !ok || !hostVisible(p, v, h) {
@@ -195,16 +196,16 @@ func (s *Server) postConnection(c echo.Context) error {
 			return errPropertyValueIncorrect(prop, ref.ID)
 		}
 		if j := slices.Index(hosts, h); j >= 0 {
-			return ErrPropertyValueConflict(prop, "Links/InitiatorEndpoints/"+strconv.Itoa(j))
+			return redfish.ErrPropertyValueConflict(prop, "Links/InitiatorEndpoints/"+strconv.Itoa(j))
 		}
 		hosts = append(hosts, h)
 	}
 	for i, ref := range req.Links.TargetEndpoints {
 		if !slices.ContainsFunc(hosts, func(h dcd.HostID) bool { return refMatches(ref.ID, TargetURI(h)) }) {
-			return ErrPropertyValueConflict("Links/TargetEndpoints/"+strconv.Itoa(i), "Links/InitiatorEndpoints")
+			return redfish.ErrPropertyValueConflict("Links/TargetEndpoints/"+strconv.Itoa(i), "Links/InitiatorEndpoints")
 		}
 	}
-	chunkTarget := Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)}
+	chunkTarget := redfish.Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)}
 	if len(hosts) > 1 && !ch.Sharable {
 		return errNotSharable(v, ch, chunkTarget, "").WithCause(
 			fmt.Errorf("connect chunk %d to %d hosts: %w", ch.ID, len(hosts), dcd.ErrNotSharable))
@@ -224,14 +225,14 @@ func (s *Server) postConnection(c echo.Context) error {
 	for i, h := range hosts {
 		names[i] = SystemID(h)
 	}
-	opts := TaskOptions{
+	opts := redfish.TaskOptions{
 		Name:   fmt.Sprintf("Connect memory chunk %d to %s", ch.ID, strings.Join(names, ", ")),
-		Target: Target{Type: "Connection", ID: strconv.FormatInt(int64(begun[0].ID), 10), URI: ConnectionURI(begun[0].ID)},
+		Target: redfish.Target{Type: "Connection", ID: strconv.FormatInt(int64(begun[0].ID), 10), URI: ConnectionURI(begun[0].ID)},
 	}
 	if len(hosts) == 1 {
-		opts.Host = &hosts[0]
+		opts.Host = hostRef(hosts[0])
 	}
-	t := s.StartTask(c, opts, func(ctx context.Context, _ *Task) (TaskResult, error) {
+	t := s.StartTask(c, opts, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 		return s.finishGrants(ctx, ch, begun)
 	})
 	return s.Accepted(c, t)
@@ -240,7 +241,7 @@ func (s *Server) postConnection(c echo.Context) error {
 // grantRefused explains a grant the ledger refused at once, naming the
 // rule with the figures of the view: sharability and quota; other
 // refusals map as FromDomain says.
-func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t Target) error {
+func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t redfish.Target) error {
 	switch {
 	case errors.Is(err, dcd.ErrNotSharable):
 		holder := ""
@@ -265,7 +266,7 @@ func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t Target) 
 
 // errNotSharable is 409 for connecting a chunk of a region that is not
 // sharable to a second host (holder, if one holds it) or to several.
-func errNotSharable(v *poolView, ch dcd.Chunk, t Target, holder string) *Error {
+func errNotSharable(v *poolView, ch dcd.Chunk, t redfish.Target, holder string) *redfish.Error {
 	why := "it cannot be connected to several hosts at once"
 	if holder != "" {
 		why = holder + " holds it, and it is connected to one host at a time"
@@ -279,9 +280,9 @@ func errNotSharable(v *poolView, ch dcd.Chunk, t Target, holder string) *Error {
 		fix = "Release it from " + holder + " first, or reserve a chunk in a sharable region (Oem.CxlPool.Sharable true; " +
 			"poolctl request SIZE --shared) and share that"
 	}
-	m := M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
+	m := redfish.M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
 	m.Resolution = fmt.Sprintf("Memory chunk %d is not sharable (it is in %s): %s. %s.", ch.ID, region, why, fix)
-	return NewError(http.StatusConflict, m)
+	return redfish.NewError(http.StatusConflict, m)
 }
 
 // refMatches compares a body's @odata.id with a URI, tolerating a
@@ -291,7 +292,7 @@ func refMatches(ref, uri string) bool { return strings.TrimSuffix(ref, "/") == u
 // finishGrants waits for every host's answer. All granted: the first
 // Connection is the result. Any failure: what the others accepted is
 // released again and the first failure is the task's error.
-func (s *Server) finishGrants(ctx context.Context, ch dcd.Chunk, begun []dcd.Grant) (TaskResult, error) {
+func (s *Server) finishGrants(ctx context.Context, ch dcd.Chunk, begun []dcd.Grant) (redfish.TaskResult, error) {
 	var done []dcd.Grant
 	var firstErr error
 	for _, g := range begun {
@@ -312,13 +313,13 @@ func (s *Server) finishGrants(ctx context.Context, ch dcd.Chunk, begun []dcd.Gra
 			}
 		}
 		s.capacity.invalidate()
-		return TaskResult{}, firstErr
+		return redfish.TaskResult{}, firstErr
 	}
-	msgs := make([]Msg, 0, len(done))
+	msgs := make([]redfish.Msg, 0, len(done))
 	for _, g := range done {
-		msgs = append(msgs, M("ResourceEvent.ResourceStateChanged", ConnectionURI(g.ID), "Enabled"))
+		msgs = append(msgs, redfish.M("ResourceEvent.ResourceStateChanged", ConnectionURI(g.ID), "Enabled"))
 	}
-	return TaskResult{Status: http.StatusCreated, Location: ConnectionURI(done[0].ID),
+	return redfish.TaskResult{Status: http.StatusCreated, Location: ConnectionURI(done[0].ID),
 		Body: connectionBody(done[0], ch), Messages: msgs}, nil
 }
 
@@ -384,27 +385,27 @@ func (s *Server) deleteConnection(c echo.Context) error {
 	if err := s.IfMatch(c, connectionBody(g, ch)); err != nil {
 		return err
 	}
-	target := Target{Type: "Connection", ID: c.Param("id"), URI: ConnectionURI(g.ID)}
+	target := redfish.Target{Type: "Connection", ID: c.Param("id"), URI: ConnectionURI(g.ID)}
 	_, err = s.mgr.BeginRelease(c.Request().Context(), g.ID)
 	s.capacity.invalidate()
 	if err != nil {
 		return FromDomain(err, target)
 	}
 	host := g.Host
-	t := s.StartTask(c, TaskOptions{
+	t := s.StartTask(c, redfish.TaskOptions{
 		Name:   fmt.Sprintf("Release memory chunk %d from %s", g.Chunk, SystemID(g.Host)),
-		Host:   &host,
+		Host:   hostRef(host),
 		Target: target,
-	}, func(ctx context.Context, _ *Task) (TaskResult, error) {
+	}, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 		ng, err := s.awaitRelease(ctx, g.ID)
 		s.capacity.invalidate()
 		if err != nil {
-			return TaskResult{}, err
+			return redfish.TaskResult{}, err
 		}
 		if ng.State != dcd.GrantReleased && ng.State != dcd.GrantLost {
-			return TaskResult{}, fmt.Errorf("grant %d ended %s: %w", g.ID, ng.State, dcd.ErrDevice)
+			return redfish.TaskResult{}, fmt.Errorf("grant %d ended %s: %w", g.ID, ng.State, dcd.ErrDevice)
 		}
-		return TaskResult{Status: http.StatusNoContent}, nil
+		return redfish.TaskResult{Status: http.StatusNoContent}, nil
 	})
 	return s.Accepted(c, t)
 }
@@ -423,33 +424,33 @@ func connectionState(g dcd.Grant) (state, access string) {
 	return "Absent", "Unavailable"
 }
 
-func connectionBody(g dcd.Grant, ch dcd.Chunk) Obj {
+func connectionBody(g dcd.Grant, ch dcd.Chunk) redfish.Obj {
 	id := strconv.FormatInt(int64(g.ID), 10)
 	state, access := connectionState(g)
-	oem := Obj{
+	oem := redfish.Obj{
 		"GrantState":  string(g.State),
 		"GrantedMiB":  mib(g.Size()),
 		"ExtentCount": len(g.Extents),
-		"Created":     g.Created.UTC().Format(timeFormat),
+		"Created":     g.Created.UTC().Format(redfish.TimeFormat),
 	}
 	if g.State == dcd.GrantGranted {
-		oem["Memory"] = Link(SystemMemoryURI(g.Host, g.Chunk))
+		oem["Memory"] = redfish.Link(SystemMemoryURI(g.Host, g.Chunk))
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":      ConnectionURI(g.ID),
 		"@odata.type":    "#Connection.v1_4_0.Connection",
 		"Id":             id,
 		"Name":           "Connection " + id,
 		"Description":    fmt.Sprintf("Memory chunk %d for %s", ch.ID, SystemID(g.Host)),
 		"ConnectionType": "Memory",
-		"MemoryChunkInfo": []Obj{{
-			"MemoryChunk":        Link(ChunkURI(ch.ID)),
+		"MemoryChunkInfo": []redfish.Obj{{
+			"MemoryChunk":        redfish.Link(ChunkURI(ch.ID)),
 			"AccessCapabilities": []string{"Read", "Write"},
 			"AccessState":        access,
 		}},
-		"Links": Obj{
-			"InitiatorEndpoints": Links(InitiatorURI(g.Host)),
-			"TargetEndpoints":    Links(TargetURI(g.Host)),
+		"Links": redfish.Obj{
+			"InitiatorEndpoints": redfish.Links(InitiatorURI(g.Host)),
+			"TargetEndpoints":    redfish.Links(TargetURI(g.Host)),
 		},
 		"Status": status(state),
 		"Oem":    oemschema.Oem("Connection", oem),

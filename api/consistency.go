@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -44,7 +45,7 @@ func (s *Server) consistencyRoutes() {
 	if s.mgr == nil {
 		return
 	}
-	s.Handle(http.MethodPost, consistencyTarget, PrivConfigureManager, s.checkConsistency)
+	s.Handle(http.MethodPost, consistencyTarget, redfish.PrivConfigureManager, s.checkConsistency)
 	if s.cfg.StartCheck == nil {
 		return
 	}
@@ -79,12 +80,12 @@ func (s *Server) checkConsistency(c echo.Context) error {
 	rep, err := s.mgr.CheckInvariants(ctx, s.exportView())
 	switch {
 	case errors.Is(err, dcd.ErrConflict), errors.Is(err, context.DeadlineExceeded) && c.Request().Context().Err() == nil:
-		e := ErrServiceUnavailable(retryBusySeconds).WithCause(err)
+		e := redfish.ErrServiceUnavailable(retryBusySeconds).WithCause(err)
 		e.Messages[0].Resolution = "Capacity flows kept the ledger changing, so no consistent snapshot could be taken " +
 			"(the check waits for grants and releases in flight to finish). Retry when the pool is quieter."
 		return e
 	case err != nil:
-		return FromDomain(err, Target{Type: "Manager", ID: "FM", URI: managerURI})
+		return FromDomain(err, redfish.Target{Type: "Manager", ID: "FM", URI: managerURI})
 	}
 	s.publishViolations(rep, "on request")
 	return s.WriteResource(c, http.StatusOK, consistencyBody(rep, s.now()))
@@ -99,18 +100,18 @@ func (s *Server) publishViolations(rep dcd.InvariantReport, when string) {
 	s.log.Error("consistency check: ledger, device and exports disagree", "when", when,
 		"violations", len(rep.Violations), "first_rule", first.Rule, "first", first.Message)
 	summary := fmt.Sprintf("%d capacity consistency violations %s; first (%s): %s", len(rep.Violations), when, first.Rule, first.Message)
-	s.Publish(Event{MessageKey: "ResourceEvent.ResourceErrorsDetected", Args: []string{consistencyProperty, summary}, Origin: DCDURI})
+	s.Publish(redfish.Event{MessageKey: "ResourceEvent.ResourceErrorsDetected", Args: []string{consistencyProperty, summary}, Origin: DCDURI})
 }
 
-func consistencyBody(rep dcd.InvariantReport, now time.Time) Obj {
-	vs := make([]Obj, len(rep.Violations))
+func consistencyBody(rep dcd.InvariantReport, now time.Time) redfish.Obj {
+	vs := make([]redfish.Obj, len(rep.Violations))
 	for i, v := range rep.Violations {
-		vs[i] = Obj{"Rule": v.Rule, "Message": v.Message}
+		vs[i] = redfish.Obj{"Rule": v.Rule, "Message": v.Message}
 	}
-	return Obj{
+	return redfish.Obj{
 		"Consistent": rep.OK(),
-		"Time":       now.Format(timeFormat),
-		"Checked": Obj{"Hosts": rep.Hosts, "Chunks": rep.Chunks, "Grants": rep.Grants,
+		"Time":       now.Format(redfish.TimeFormat),
+		"Checked": redfish.Obj{"Hosts": rep.Hosts, "Chunks": rep.Chunks, "Grants": rep.Grants,
 			"Orphans": rep.Orphans, "Exports": rep.Exports},
 		"Unsettled":  rep.Unsettled,
 		"Violations": vs,
@@ -119,19 +120,19 @@ func consistencyBody(rep dcd.InvariantReport, now time.Time) Obj {
 
 // addConsistencyAction lists the action in the Manager's Actions.Oem for
 // those who may run it.
-func (s *Server) addConsistencyAction(o Obj, p *Principal) {
-	if s.paths[consistencyTarget] == nil || !p.Has(PrivConfigureManager) {
+func (s *Server) addConsistencyAction(o redfish.Obj, p *redfish.Principal) {
+	if !s.Routed(consistencyTarget) || !p.Has(redfish.PrivConfigureManager) {
 		return
 	}
-	acts, _ := o["Actions"].(Obj)
+	acts, _ := o["Actions"].(redfish.Obj)
 	if acts == nil {
-		acts = Obj{}
+		acts = redfish.Obj{}
 		o["Actions"] = acts
 	}
-	oem, _ := acts["Oem"].(Obj)
+	oem, _ := acts["Oem"].(redfish.Obj)
 	if oem == nil {
-		oem = Obj{}
+		oem = redfish.Obj{}
 		acts["Oem"] = oem
 	}
-	oem["#"+consistencyAction] = Obj{"target": consistencyTarget}
+	oem["#"+consistencyAction] = redfish.Obj{"target": consistencyTarget}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/webui"
 )
 
@@ -17,11 +18,11 @@ import (
 func (s *Server) consoleRoutes() {
 	con, err := webui.New()
 	if err != nil {
-		s.routeErrs = append(s.routeErrs, fmt.Errorf("api: console: %w", err))
+		s.RouteError(fmt.Errorf("api: console: %w", err))
 		return
 	}
 	h := echo.WrapHandler(con)
 	for _, p := range webui.Routes() {
-		s.Handle(http.MethodGet, p, Public, h)
+		s.Handle(http.MethodGet, p, redfish.Public, h)
 	}
 }

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -37,7 +38,7 @@ func (s *Server) defaultQuotaRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodPatch, MemoryDomainURI, PrivConfigureComponents, s.patchMemoryDomain)
+	s.Handle(http.MethodPatch, MemoryDomainURI, redfish.PrivConfigureComponents, s.patchMemoryDomain)
 }
 
 func (s *Server) patchMemoryDomain(c echo.Context) error {
@@ -50,29 +51,29 @@ func (s *Server) patchMemoryDomain(c echo.Context) error {
 	if err := s.Decode(c, &req); err != nil {
 		return err
 	}
-	if err := s.IfMatch(c, s.memoryDomain(v, PrincipalOf(c))); err != nil {
+	if err := s.IfMatch(c, s.memoryDomain(v, redfish.PrincipalOf(c))); err != nil {
 		return err
 	}
 	if req.Oem == nil || req.Oem.CxlPool == nil || req.Oem.CxlPool.DefaultHostQuotaMiB == nil {
-		return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, PrincipalOf(c)))
+		return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, redfish.PrincipalOf(c)))
 	}
 	n := *req.Oem.CxlPool.DefaultHostQuotaMiB
 	if n < 0 || uint64(n) > mib(v.usage().total) {
-		e := ErrPropertyValueOutOfRange(strconv.FormatInt(n, 10), propDefaultQuota)
+		e := redfish.ErrPropertyValueOutOfRange(strconv.FormatInt(n, 10), propDefaultQuota)
 		e.Messages[0].Resolution = "DefaultHostQuotaMiB is whole MiB from 0 (no default limit) to the pool's MemorySizeMiB."
 		return e
 	}
 	err = s.mgr.SetDefaultHostQuota(ctx, uint64(n)*mebibyte)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI})
+		return FromDomain(err, redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI})
 	}
-	s.log.Info("default host quota set", "quota_mib", n, "user", PrincipalOf(c).User)
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: MemoryDomainURI})
+	s.log.Info("default host quota set", "quota_mib", n, "user", redfish.PrincipalOf(c).User)
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: MemoryDomainURI})
 	if v, err = s.view(ctx); err != nil {
 		return err
 	}
-	return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, PrincipalOf(c)))
+	return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, redfish.PrincipalOf(c)))
 }
 
 // quota is what limits grants to host h: its own quota, else the default

@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -19,16 +20,16 @@ func (s *Server) endpointRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, EndpointsURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, EndpointsURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		var members []string
-		for _, ld := range v.visibleHosts(PrincipalOf(c)) {
+		for _, ld := range v.visibleHosts(redfish.PrincipalOf(c)) {
 			members = append(members, InitiatorURI(ld), TargetURI(ld))
 		}
-		return s.WriteCollection(c, Collection{ODataID: EndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: EndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
 			Name: "CXL Endpoints", Members: members,
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, EndpointsURI)
@@ -36,14 +37,14 @@ func (s *Server) endpointRoutes() {
 				return endpoint(v, h, initiator), nil
 			}})
 	})
-	s.Handle(http.MethodGet, EndpointsURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, EndpointsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		h, initiator, ok := parseEndpointID(c.Param("id"))
-		if !ok || !hostVisible(PrincipalOf(c), v, h) {
-			return ErrResourceNotFound("Endpoint", c.Param("id"))
+		if !ok || !hostVisible(redfish.PrincipalOf(c), v, h) {
+			return redfish.ErrResourceNotFound("Endpoint", c.Param("id"))
 		}
 		return s.WriteResource(c, http.StatusOK, endpoint(v, h, initiator))
 	})
@@ -60,20 +61,20 @@ func parseEndpointID(id string) (h dcd.HostID, initiator, ok bool) {
 	return h, true, err == nil
 }
 
-func endpoint(v *poolView, h dcd.HostID, initiator bool) Obj {
+func endpoint(v *poolView, h dcd.HostID, initiator bool) redfish.Obj {
 	head, _ := v.head(h)
 	var conns []string
 	for _, g := range v.hostGrants(h) {
 		conns = append(conns, ConnectionURI(g.ID))
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.type":      "#Endpoint.v1_8_2.Endpoint",
 		"EndpointProtocol": "CXL",
 		"Status":           status(linkState(head)),
-		"Links": Obj{
-			"ConnectedPorts": Links(PortURI(head.Port)),
-			"Zones":          Links(ZoneURI(h)),
-			"Connections":    Links(conns...),
+		"Links": redfish.Obj{
+			"ConnectedPorts": redfish.Links(PortURI(head.Port)),
+			"Zones":          redfish.Links(ZoneURI(h)),
+			"Connections":    redfish.Links(conns...),
 		},
 	}
 	if initiator {
@@ -81,7 +82,7 @@ func endpoint(v *poolView, h dcd.HostID, initiator bool) Obj {
 		o["Id"] = SystemID(h)
 		o["Name"] = SystemID(h) + " Initiator"
 		o["Description"] = "The CXL root port of " + SystemID(h)
-		o["ConnectedEntities"] = []Obj{{"EntityType": "Processor", "EntityRole": "Initiator", "EntityLink": Link(SystemURI(h))}}
+		o["ConnectedEntities"] = []redfish.Obj{{"EntityType": "Processor", "EntityRole": "Initiator", "EntityLink": redfish.Link(SystemURI(h))}}
 		return o
 	}
 	id := strings.TrimPrefix(TargetURI(h), EndpointsURI+"/")
@@ -89,6 +90,6 @@ func endpoint(v *poolView, h dcd.HostID, initiator bool) Obj {
 	o["Id"] = id
 	o["Name"] = "Logical Device " + id[len(targetPrefix):] + " Target"
 	o["Description"] = "The device's logical device " + SystemID(h) + " reaches"
-	o["ConnectedEntities"] = []Obj{{"EntityType": "CXLDevice", "EntityRole": "Target", "EntityLink": Link(LogicalDeviceURI(h))}}
+	o["ConnectedEntities"] = []redfish.Obj{{"EntityType": "CXLDevice", "EntityRole": "Target", "EntityLink": redfish.Link(LogicalDeviceURI(h))}}
 	return o
 }

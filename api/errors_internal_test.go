@@ -11,8 +11,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/google/go-cmp/cmp"
-
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
@@ -22,11 +21,11 @@ import (
 // registry message and a status, wrapped or not, and that only device
 // trouble is a 5xx.
 func TestFromDomain(t *testing.T) {
-	reg, err := LoadRegistries()
+	reg, err := redfish.LoadRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
-	tgt := Target{Type: "MemoryChunks", ID: "3", URI: "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/3"}
+	tgt := redfish.Target{Type: "MemoryChunks", ID: "3", URI: "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks/3"}
 	for _, tc := range []struct {
 		err        error
 		status     int
@@ -73,7 +72,7 @@ func TestFromDomain(t *testing.T) {
 			}
 		}
 	}
-	pre := ErrPreconditionFailed()
+	pre := redfish.ErrPreconditionFailed()
 	if FromDomain(fmt.Errorf("wrapped: %w", pre), tgt) != pre {
 		t.Error("an *Error does not pass through FromDomain")
 	}
@@ -83,11 +82,14 @@ func TestFromDomain(t *testing.T) {
 // code against the embedded registries, so a typo cannot reach a client as
 // a GeneralError.
 func TestMessageKeysExist(t *testing.T) {
-	reg, err := LoadRegistries()
+	reg, err := redfish.LoadRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The resources' files and the protocol's (redfish/).
 	files, _ := filepath.Glob("*.go")
+	protocol, _ := filepath.Glob(filepath.Join("redfish", "*.go"))
+	files = append(files, protocol...)
 	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
 	key := regexp.MustCompile(`"((?:Base|TaskEvent|ResourceEvent)\.[A-Za-z]+)"`)
 	n := 0
@@ -105,30 +107,6 @@ func TestMessageKeysExist(t *testing.T) {
 	}
 	if n < 40 {
 		t.Errorf("found %d message keys, want the ~40 the service uses", n)
-	}
-}
-
-func TestResolve(t *testing.T) {
-	reg, err := LoadRegistries()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := reg.Resolve(M("Base.PropertyValueNotInList", "Root", "RoleId").WithRelated("RoleId"))
-	want := Message{
-		ODataType: messageODataType, MessageID: "Base.1.22.PropertyValueNotInList",
-		Message:     "The value 'Root' for the property RoleId is not in the list of acceptable values.",
-		MessageArgs: []string{"Root", "RoleId"}, Severity: "Warning", MessageSeverity: "Warning",
-		Resolution:        "Choose a value from the enumeration list that the implementation can support and resubmit the request if the operation failed.",
-		RelatedProperties: []string{"#/RoleId"},
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("Resolve (-want +got):\n%s", diff)
-	}
-	if got := reg.Resolve(M("Base.NoSuchMessage")); got.MessageID != "Base.1.22.GeneralError" {
-		t.Errorf("unknown key resolves to %s, want GeneralError", got.MessageID)
-	}
-	if got := reg.Resolve(M("TaskEvent.TaskCompletedOK", 12)); got.Message != "The task with Id '12' has completed." {
-		t.Errorf("TaskCompletedOK: %q", got.Message)
 	}
 }
 
@@ -159,12 +137,12 @@ func FuzzDecode(f *testing.F) {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, dst := range []any{&accountPatch{}, &accountCreate{}, &sessionServicePatch{}, &subscriptionCreate{}} {
-			err := decodeJSON(b, dst)
+		for _, dst := range []any{&accountPatch{}, &accountCreate{}} {
+			err := redfish.DecodeJSON(b, dst)
 			if err == nil {
 				continue
 			}
-			var e *Error
+			var e *redfish.Error
 			if !errors.As(err, &e) || e.Status < 400 || e.Status >= 500 {
 				t.Fatalf("decode %q into %T: %v", b, dst, err)
 			}

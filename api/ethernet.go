@@ -13,6 +13,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // Managers/FM/EthernetInterfaces: the management computer's network
@@ -106,7 +108,7 @@ type ethernetPatch struct {
 }
 
 func (s *Server) ethernetRoutes() {
-	s.Handle(http.MethodGet, ethernetInterfacesURI, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ethernetInterfacesURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		ifs, err := s.netInterfaces()
 		if err != nil {
 			return err
@@ -118,12 +120,12 @@ func (s *Server) ethernetRoutes() {
 			uris[i] = ethernetURI(ni.Name)
 			byURI[uris[i]] = ni
 		}
-		return s.WriteCollection(c, Collection{ODataID: ethernetInterfacesURI,
+		return s.WriteCollection(c, redfish.Collection{ODataID: ethernetInterfacesURI,
 			ODataType: "#EthernetInterfaceCollection.EthernetInterfaceCollection",
 			Name:      "Manager Ethernet Interfaces", Members: uris,
 			Expand: func(uri string) (any, error) { return s.ethernetBody(byURI[uri], ns, owned), nil }})
 	})
-	s.Handle(http.MethodGet, ethernetInterfacesURI+"/:id", PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ethernetInterfacesURI+"/:id", redfish.PrivApplianceView, func(c echo.Context) error {
 		ni, err := s.findInterface(c)
 		if err != nil {
 			return err
@@ -131,7 +133,7 @@ func (s *Server) ethernetRoutes() {
 		ns, owned := s.networkSettings()
 		return s.WriteResource(c, http.StatusOK, s.ethernetBody(ni, ns, owned))
 	})
-	s.Handle(http.MethodPatch, ethernetInterfacesURI+"/:id", PrivConfigureManager, s.patchEthernet)
+	s.Handle(http.MethodPatch, ethernetInterfacesURI+"/:id", redfish.PrivConfigureManager, s.patchEthernet)
 }
 
 // netInterfaces lists the interfaces, ordered by name.
@@ -142,7 +144,7 @@ func (s *Server) netInterfaces() ([]NetInterface, error) {
 	}
 	ifs, err := list()
 	if err != nil {
-		return nil, ErrInternal(err)
+		return nil, redfish.ErrInternal(err)
 	}
 	slices.SortFunc(ifs, func(a, b NetInterface) int { return cmp.Compare(a.Name, b.Name) })
 	return ifs, nil
@@ -162,17 +164,17 @@ func (s *Server) findInterface(c echo.Context) (NetInterface, error) {
 			return ni, nil
 		}
 	}
-	return NetInterface{}, ErrResourceNotFound("EthernetInterface", id)
+	return NetInterface{}, redfish.ErrResourceNotFound("EthernetInterface", id)
 }
 
-func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) Obj {
+func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) redfish.Obj {
 	host, fqdn := s.hostNames(ns)
 	configured := owned && ns.Interface == ni.Name
-	v4, v6 := []Obj{}, []Obj{}
+	v4, v6 := []redfish.Obj{}, []redfish.Obj{}
 	for _, p := range ni.Addrs {
 		a := p.Addr()
 		if a.Is4() {
-			e := Obj{"Address": a.String(), "SubnetMask": subnetMask(p.Bits())}
+			e := redfish.Obj{"Address": a.String(), "SubnetMask": subnetMask(p.Bits())}
 			switch {
 			case configured && ns.IPv4Address.IsValid() && ns.IPv4Address.Addr() == a:
 				e["AddressOrigin"] = "Static"
@@ -187,7 +189,7 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 			v4 = append(v4, e)
 			continue
 		}
-		e := Obj{"Address": a.String(), "PrefixLength": p.Bits()}
+		e := redfish.Obj{"Address": a.String(), "PrefixLength": p.Bits()}
 		if a.IsLinkLocalUnicast() {
 			e["AddressOrigin"] = "LinkLocal"
 		}
@@ -200,7 +202,7 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 	if ni.Running {
 		link = "LinkUp"
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":        ethernetURI(ni.Name),
 		"@odata.type":      "#EthernetInterface.v1_12_4.EthernetInterface",
 		"Id":               ni.Name,
@@ -211,7 +213,7 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 		"HostName":         host,
 		"IPv4Addresses":    v4,
 		"IPv6Addresses":    v6,
-		"Status":           Obj{"State": state, "Health": "OK"},
+		"Status":           redfish.Obj{"State": state, "Health": "OK"},
 	}
 	if len(ni.MAC) == 6 {
 		o["MACAddress"] = ni.MAC.String()
@@ -230,16 +232,16 @@ func (s *Server) ethernetBody(ni NetInterface, ns NetworkSettings, owned bool) O
 	if owned {
 		// What the image configures (at the next boot): one interface,
 		// by DHCP or statically.
-		static := []Obj{}
+		static := []redfish.Obj{}
 		if configured && ns.IPv4Address.IsValid() {
-			e := Obj{"Address": ns.IPv4Address.Addr().String(), "SubnetMask": subnetMask(ns.IPv4Address.Bits())}
+			e := redfish.Obj{"Address": ns.IPv4Address.Addr().String(), "SubnetMask": subnetMask(ns.IPv4Address.Bits())}
 			if ns.IPv4Gateway.IsValid() {
 				e["Gateway"] = ns.IPv4Gateway.String()
 			}
 			static = append(static, e)
 		}
 		o["IPv4StaticAddresses"] = static
-		o["DHCPv4"] = Obj{"DHCPEnabled": configured && ns.DHCPv4}
+		o["DHCPv4"] = redfish.Obj{"DHCPEnabled": configured && ns.DHCPv4}
 	}
 	return o
 }
@@ -276,7 +278,7 @@ func (s *Server) patchEthernet(c echo.Context) error {
 		}
 	}
 	if req.HostName != nil && !hostNamePattern.MatchString(*req.HostName) {
-		return ErrPropertyValueFormat(*req.HostName, "HostName")
+		return redfish.ErrPropertyValueFormat(*req.HostName, "HostName")
 	}
 	setDHCP := req.DHCPv4 != nil && req.DHCPv4.DHCPEnabled != nil
 	addressChanged := false
@@ -309,9 +311,9 @@ func (s *Server) patchEthernet(c echo.Context) error {
 			// both: a static address waiting behind DHCP would be
 			// shown as configured and not be.
 			if dhcp && addr.IsValid() {
-				m := M("Base.PropertyValueConflict", "IPv4StaticAddresses", "DHCPv4/DHCPEnabled").WithRelated("IPv4StaticAddresses")
+				m := redfish.M("Base.PropertyValueConflict", "IPv4StaticAddresses", "DHCPv4/DHCPEnabled").WithRelated("IPv4StaticAddresses")
 				m.Resolution = "Set DHCPv4/DHCPEnabled to false in the same request to use a static address, or send IPv4StaticAddresses [] to keep DHCP."
-				return NewError(http.StatusBadRequest, m)
+				return redfish.NewError(http.StatusBadRequest, m)
 			}
 		}
 		switch {
@@ -319,9 +321,9 @@ func (s *Server) patchEthernet(c echo.Context) error {
 			// The lease replaces the static address.
 			addr, gw = netip.Prefix{}, netip.Addr{}
 		case !addr.IsValid():
-			m := M("Base.PropertyValueConflict", "DHCPv4/DHCPEnabled", "IPv4StaticAddresses").WithRelated("DHCPv4/DHCPEnabled")
+			m := redfish.M("Base.PropertyValueConflict", "DHCPv4/DHCPEnabled", "IPv4StaticAddresses").WithRelated("DHCPv4/DHCPEnabled")
 			m.Resolution = "Give the interface a static address in IPv4StaticAddresses in the same request: with neither DHCP nor a static address the box is unreachable after the next boot."
-			return NewError(http.StatusBadRequest, m)
+			return redfish.NewError(http.StatusBadRequest, m)
 		}
 		if ns.Interface != ni.Name || ns.IPv4Address != addr || ns.IPv4Gateway != gw || ns.DHCPv4 != dhcp {
 			addressChanged = true
@@ -333,13 +335,13 @@ func (s *Server) patchEthernet(c echo.Context) error {
 	if err != nil {
 		return networkUpdateError(err)
 	}
-	s.log.Info("network settings changed", "interface", ni.Name, "user", PrincipalOf(c).User, "at next boot", addressChanged)
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: ethernetURI(ni.Name)})
+	s.log.Info("network settings changed", "interface", ni.Name, "user", redfish.PrincipalOf(c).User, "at next boot", addressChanged)
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: ethernetURI(ni.Name)})
 	ns, owned = s.networkSettings()
 	body := s.ethernetBody(ni, ns, owned)
 	if addressChanged {
 		reg := s.Registries()
-		body["@Message.ExtendedInfo"] = []Message{reg.Resolve(resetRequired())}
+		body["@Message.ExtendedInfo"] = []redfish.Message{reg.Resolve(resetRequired())}
 	}
 	return s.WriteResource(c, http.StatusOK, body)
 }
@@ -379,10 +381,10 @@ func mergeIPv4Static(patch []*ipv4StaticPatch, current []netip.Prefix, gw netip.
 		}
 		path := prop + "/" + strconv.Itoa(i)
 		if e.addr == "" {
-			return netip.Prefix{}, netip.Addr{}, ErrPropertyMissing(path + "/Address")
+			return netip.Prefix{}, netip.Addr{}, redfish.ErrPropertyMissing(path + "/Address")
 		}
 		if e.mask == "" {
-			return netip.Prefix{}, netip.Addr{}, ErrPropertyMissing(path + "/SubnetMask")
+			return netip.Prefix{}, netip.Addr{}, redfish.ErrPropertyMissing(path + "/SubnetMask")
 		}
 		list = append(list, e)
 	}
@@ -395,21 +397,21 @@ func mergeIPv4Static(patch []*ipv4StaticPatch, current []netip.Prefix, gw netip.
 		return netip.Prefix{}, netip.Addr{}, nil
 	}
 	if len(list) < 1 {
-		m := M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop)
+		m := redfish.M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop)
 		m.Resolution = "Keep one static address, or set DHCPv4/DHCPEnabled to true in the same request: with neither the box is unreachable after the next boot."
-		return netip.Prefix{}, netip.Addr{}, NewError(http.StatusBadRequest, m)
+		return netip.Prefix{}, netip.Addr{}, redfish.NewError(http.StatusBadRequest, m)
 	}
 	if len(list) > 1 {
-		return netip.Prefix{}, netip.Addr{}, NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", prop, 1).WithRelated(prop))
+		return netip.Prefix{}, netip.Addr{}, redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooLong", prop, 1).WithRelated(prop))
 	}
 	e, path := list[0], prop+"/0"
 	a, err := netip.ParseAddr(e.addr)
 	if err != nil || !a.Is4() {
-		return netip.Prefix{}, netip.Addr{}, ErrPropertyValueFormat(e.addr, path+"/Address")
+		return netip.Prefix{}, netip.Addr{}, redfish.ErrPropertyValueFormat(e.addr, path+"/Address")
 	}
 	m, err := netip.ParseAddr(e.mask)
 	if err != nil || !m.Is4() {
-		return netip.Prefix{}, netip.Addr{}, ErrPropertyValueFormat(e.mask, path+"/SubnetMask")
+		return netip.Prefix{}, netip.Addr{}, redfish.ErrPropertyValueFormat(e.mask, path+"/SubnetMask")
 	}
 	mb := m.As4()
 	bits, size := net.IPMask(mb[:]).Size()
@@ -426,17 +428,17 @@ func mergeIPv4Static(patch []*ipv4StaticPatch, current []netip.Prefix, gw netip.
 	var g netip.Addr
 	if e.gw != "" {
 		if g, err = netip.ParseAddr(e.gw); err != nil || !g.Is4() {
-			return netip.Prefix{}, netip.Addr{}, ErrPropertyValueFormat(e.gw, path+"/Gateway")
+			return netip.Prefix{}, netip.Addr{}, redfish.ErrPropertyValueFormat(e.gw, path+"/Gateway")
 		}
 		if !pfx.Masked().Contains(g) || g == a {
-			return netip.Prefix{}, netip.Addr{}, ErrPropertyValueConflict(path+"/Gateway", path+"/Address")
+			return netip.Prefix{}, netip.Addr{}, redfish.ErrPropertyValueConflict(path+"/Gateway", path+"/Address")
 		}
 	}
 	return pfx, g, nil
 }
 
-func incorrect(prop, value string) *Error {
-	return NewError(http.StatusBadRequest, M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
+func incorrect(prop, value string) *redfish.Error {
+	return redfish.NewError(http.StatusBadRequest, redfish.M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
 }
 
 // lastAddr is the broadcast address of an IPv4 prefix.

@@ -14,6 +14,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/rdma"
 )
@@ -126,20 +127,20 @@ func (s *Server) exportRoutes() {
 	if s.cfg.Exports == nil || s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, RDMAFabricURI, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, RDMAFabricURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.rdmaFabric())
 	})
-	s.Handle(http.MethodGet, RDMAEndpointsURI, PrivApplianceView, s.getRDMAEndpoints)
-	s.Handle(http.MethodGet, RDMAEndpointsURI+"/:id", PrivApplianceView, s.getRDMAEndpoint)
-	s.Handle(http.MethodGet, RDMAConnectionsURI, PrivApplianceView, s.getExports)
-	s.Handle(http.MethodPost, RDMAConnectionsURI, PrivConfigureComponents, s.postExport)
-	s.Handle(http.MethodGet, RDMAConnectionsURI+"/:id", PrivApplianceView, s.getExport)
-	s.Handle(http.MethodDelete, RDMAConnectionsURI+"/:id", PrivConfigureComponents, s.deleteExport)
+	s.Handle(http.MethodGet, RDMAEndpointsURI, redfish.PrivApplianceView, s.getRDMAEndpoints)
+	s.Handle(http.MethodGet, RDMAEndpointsURI+"/:id", redfish.PrivApplianceView, s.getRDMAEndpoint)
+	s.Handle(http.MethodGet, RDMAConnectionsURI, redfish.PrivApplianceView, s.getExports)
+	s.Handle(http.MethodPost, RDMAConnectionsURI, redfish.PrivConfigureComponents, s.postExport)
+	s.Handle(http.MethodGet, RDMAConnectionsURI+"/:id", redfish.PrivApplianceView, s.getExport)
+	s.Handle(http.MethodDelete, RDMAConnectionsURI+"/:id", redfish.PrivConfigureComponents, s.deleteExport)
 }
 
 // exportFabrics are the Fabrics members the RDMA fabric adds for p.
-func (s *Server) exportFabrics(p *Principal) []string {
-	if s.cfg.Exports == nil || s.capacity == nil || !p.Has(PrivApplianceView) {
+func (s *Server) exportFabrics(p *redfish.Principal) []string {
+	if s.cfg.Exports == nil || s.capacity == nil || !p.Has(redfish.PrivApplianceView) {
 		return nil
 	}
 	return []string{RDMAFabricURI}
@@ -169,12 +170,12 @@ func (s *Server) exportState() string {
 	return "Enabled"
 }
 
-func (s *Server) rdmaFabric() Obj {
-	oem := Obj{"Transport": s.exportProtocol()}
+func (s *Server) rdmaFabric() redfish.Obj {
+	oem := redfish.Obj{"Transport": s.exportProtocol()}
 	if a := s.cfg.ExportAddr; a != nil {
 		oem["Address"] = a.String()
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":   RDMAFabricURI,
 		"@odata.type": "#Fabric.v1_4_0.Fabric",
 		"Id":          "RDMA",
@@ -182,9 +183,9 @@ func (s *Server) rdmaFabric() Obj {
 		"Description": "Remote racks' one-sided READ, WRITE and atomics on exported pool memory over the network",
 		"FabricType":  s.exportProtocol(),
 		"Status":      status(s.exportState()),
-		"Endpoints":   Link(RDMAEndpointsURI),
-		"Connections": Link(RDMAConnectionsURI),
-		"Links":       Obj{"ManagedBy": Links(managerURI)},
+		"Endpoints":   redfish.Link(RDMAEndpointsURI),
+		"Connections": redfish.Link(RDMAConnectionsURI),
+		"Links":       redfish.Obj{"ManagedBy": redfish.Links(managerURI)},
 		"Oem":         oemschema.Oem("Fabric", oem),
 	}
 }
@@ -211,7 +212,7 @@ func (s *Server) getRDMAEndpoints(c echo.Context) error {
 	for _, name := range names {
 		members = append(members, RemoteClientURI(name))
 	}
-	return s.WriteCollection(c, Collection{ODataID: RDMAEndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
+	return s.WriteCollection(c, redfish.Collection{ODataID: RDMAEndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
 		Name: "RDMA Endpoints", Members: members,
 		Expand: func(uri string) (any, error) {
 			if uri == PoolTargetURI {
@@ -230,14 +231,14 @@ func (s *Server) getRDMAEndpoint(c echo.Context) error {
 	}
 	xs := by[id]
 	if len(xs) == 0 {
-		return ErrResourceNotFound("Endpoint", id)
+		return redfish.ErrResourceNotFound("Endpoint", id)
 	}
 	return s.WriteResource(c, http.StatusOK, s.remoteClient(id, xs))
 }
 
 // poolTarget is the export server's endpoint: the exported chunks are
 // its connected entities.
-func (s *Server) poolTarget(all []rdma.Export) Obj {
+func (s *Server) poolTarget(all []rdma.Export) redfish.Obj {
 	conns := make([]string, 0, len(all))
 	var chunks []dcd.ChunkID
 	for _, x := range all {
@@ -247,11 +248,11 @@ func (s *Server) poolTarget(all []rdma.Export) Obj {
 		}
 	}
 	slices.Sort(chunks)
-	entities := make([]Obj, 0, len(chunks))
+	entities := make([]redfish.Obj, 0, len(chunks))
 	for _, ch := range chunks {
-		entities = append(entities, Obj{"EntityType": "MemoryChunk", "EntityRole": "Target", "EntityLink": Link(ChunkURI(ch))})
+		entities = append(entities, redfish.Obj{"EntityType": "MemoryChunk", "EntityRole": "Target", "EntityLink": redfish.Link(ChunkURI(ch))})
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":         PoolTargetURI,
 		"@odata.type":       "#Endpoint.v1_8_2.Endpoint",
 		"Id":                PoolTargetID,
@@ -260,10 +261,10 @@ func (s *Server) poolTarget(all []rdma.Export) Obj {
 		"EndpointProtocol":  s.exportProtocol(),
 		"ConnectedEntities": entities,
 		"Status":            status(s.exportState()),
-		"Links":             Obj{"Connections": Links(conns...)},
+		"Links":             redfish.Obj{"Connections": redfish.Links(conns...)},
 	}
 	if td := s.exportTransport(); td != nil {
-		o["IPTransportDetails"] = []Obj{td}
+		o["IPTransportDetails"] = []redfish.Obj{td}
 	}
 	return o
 }
@@ -271,18 +272,18 @@ func (s *Server) poolTarget(all []rdma.Export) Obj {
 // exportTransport describes where the export server listens, as
 // Endpoint.IPTransportDetails; the address is left out when the server
 // listens on every address.
-func (s *Server) exportTransport() Obj {
+func (s *Server) exportTransport() redfish.Obj {
 	a, ok := s.cfg.ExportAddr.(*net.TCPAddr)
 	if !ok || a == nil {
 		return nil
 	}
-	td := Obj{"TransportProtocol": "TCP", "Port": a.Port}
+	td := redfish.Obj{"TransportProtocol": "TCP", "Port": a.Port}
 	switch {
 	case a.IP == nil || a.IP.IsUnspecified():
 	case a.IP.To4() != nil:
-		td["IPv4Address"] = Obj{"Address": a.IP.String()}
+		td["IPv4Address"] = redfish.Obj{"Address": a.IP.String()}
 	default:
-		td["IPv6Address"] = Obj{"Address": a.IP.String()}
+		td["IPv6Address"] = redfish.Obj{"Address": a.IP.String()}
 	}
 	return td
 }
@@ -290,21 +291,21 @@ func (s *Server) exportTransport() Obj {
 // remoteClient is a remote client's initiator endpoint. The client's own
 // side (its network controller) is outside this service, so the entity
 // has no link.
-func (s *Server) remoteClient(name string, xs []rdma.Export) Obj {
+func (s *Server) remoteClient(name string, xs []rdma.Export) redfish.Obj {
 	conns := make([]string, 0, len(xs))
 	for _, x := range xs {
 		conns = append(conns, ExportURI(x.ID))
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":         RemoteClientURI(name),
 		"@odata.type":       "#Endpoint.v1_8_2.Endpoint",
 		"Id":                name,
 		"Name":              "Remote Client " + name,
 		"Description":       "A remote client that reaches exported pool memory over the network",
 		"EndpointProtocol":  s.exportProtocol(),
-		"ConnectedEntities": []Obj{{"EntityType": "NetworkController", "EntityRole": "Initiator"}},
+		"ConnectedEntities": []redfish.Obj{{"EntityType": "NetworkController", "EntityRole": "Initiator"}},
 		"Status":            status("Enabled"),
-		"Links":             Obj{"Connections": Links(conns...)},
+		"Links":             redfish.Obj{"Connections": redfish.Links(conns...)},
 	}
 }
 
@@ -317,7 +318,7 @@ func (s *Server) getExports(c echo.Context) error {
 		members = append(members, u)
 		byURI[u] = x
 	}
-	return s.WriteCollection(c, Collection{ODataID: RDMAConnectionsURI,
+	return s.WriteCollection(c, redfish.Collection{ODataID: RDMAConnectionsURI,
 		ODataType: "#ConnectionCollection.ConnectionCollection", Name: "RDMA Connections", Members: members,
 		Expand: func(uri string) (any, error) {
 			x := byURI[uri]
@@ -327,14 +328,14 @@ func (s *Server) getExports(c echo.Context) error {
 }
 
 // lookupExport finds the export the path names.
-func (s *Server) lookupExport(c echo.Context) (Obj, rdma.ExportID, error) {
+func (s *Server) lookupExport(c echo.Context) (redfish.Obj, rdma.ExportID, error) {
 	id := rdma.ExportID(c.Param("id"))
 	if !id.Valid() {
-		return nil, id, ErrResourceNotFound("Connection", c.Param("id"))
+		return nil, id, redfish.ErrResourceNotFound("Connection", c.Param("id"))
 	}
 	x, err := s.cfg.Exports.Get(id)
 	if err != nil {
-		return nil, id, ErrResourceNotFound("Connection", string(id))
+		return nil, id, redfish.ErrResourceNotFound("Connection", string(id))
 	}
 	tr, _ := s.cfg.Exports.Traffic(id)
 	return exportBody(x, tr), id, nil
@@ -360,11 +361,11 @@ func (s *Server) deleteExport(c echo.Context) error {
 	defer cancel()
 	if err := s.cfg.Exports.Revoke(ctx, id); err != nil {
 		if errors.Is(err, rdma.ErrNotFound) {
-			return ErrResourceNotFound("Connection", string(id)) // revoked meanwhile
+			return redfish.ErrResourceNotFound("Connection", string(id)) // revoked meanwhile
 		}
-		return FromDomain(err, Target{Type: "Connection", ID: string(id), URI: ExportURI(id)})
+		return FromDomain(err, redfish.Target{Type: "Connection", ID: string(id), URI: ExportURI(id)})
 	}
-	s.Publish(Event{MessageKey: MsgResourceRemoved, Origin: ExportURI(id)})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceRemoved, Origin: ExportURI(id)})
 	return s.NoContent(c)
 }
 
@@ -397,7 +398,7 @@ func (s *Server) postExport(c echo.Context) error {
 	const chunkProp = "MemoryChunkInfo/0/MemoryChunk"
 	id, ok := refID(info.MemoryChunk.ID, ChunksURI)
 	if !ok {
-		return ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
+		return redfish.ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
 	}
 	n, ok := parseID(id)
 	ch, found := v.chunk(dcd.ChunkID(n))
@@ -408,28 +409,28 @@ func (s *Server) postExport(c echo.Context) error {
 	if oem.Offset != nil {
 		cr.Offset = *oem.Offset
 		if cr.Offset >= ch.Size {
-			return ErrPropertyValueOutOfRange(strconv.FormatUint(cr.Offset, 10), "Oem/CxlPool/Offset")
+			return redfish.ErrPropertyValueOutOfRange(strconv.FormatUint(cr.Offset, 10), "Oem/CxlPool/Offset")
 		}
 	}
 	if oem.Length != nil {
 		cr.Length = *oem.Length
 		if cr.Length > ch.Size-cr.Offset {
-			return ErrPropertyValueOutOfRange(strconv.FormatUint(cr.Length, 10), "Oem/CxlPool/Length")
+			return redfish.ErrPropertyValueOutOfRange(strconv.FormatUint(cr.Length, 10), "Oem/CxlPool/Length")
 		}
 	}
 	if oem.Expiry != nil {
 		if cr.Expiry, cr.TTL, ok = parseExpiry(*oem.Expiry); !ok {
-			return ErrPropertyValueFormat(*oem.Expiry, "Oem/CxlPool/Expiry")
+			return redfish.ErrPropertyValueFormat(*oem.Expiry, "Oem/CxlPool/Expiry")
 		}
 	}
 	x, err := s.cfg.Exports.Create(ctx, cr)
 	if err != nil {
-		return exportError(err, Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)})
+		return exportError(err, redfish.Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)})
 	}
 	uri := ExportURI(x.ID)
-	s.Publish(Event{MessageKey: MsgResourceCreated, Origin: uri})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceCreated, Origin: uri})
 	body := exportBody(x, rdma.Traffic{})
-	body["Oem"].(Obj)["CxlPool"].(Obj)["Token"] = x.Token.String()
+	body["Oem"].(redfish.Obj)["CxlPool"].(redfish.Obj)["Token"] = x.Token.String()
 	c.Response().Header().Set("Cache-Control", "no-store")
 	return s.WriteCreated(c, uri, body)
 }
@@ -450,7 +451,7 @@ func exportPerms(caps []string) (rdma.Perm, error) {
 	}
 	if p == 0 {
 		const prop = "MemoryChunkInfo/0/AccessCapabilities"
-		return 0, NewError(http.StatusBadRequest, M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop))
+		return 0, redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooShort", prop, 1).WithRelated(prop))
 	}
 	return p, nil
 }
@@ -464,13 +465,13 @@ func (s *Server) exportClient(req exportCreate, oem exportCreateOem) (string, er
 	var linked, ref string
 	if l := req.Links; l != nil {
 		if len(l.InitiatorEndpoints) > 1 {
-			return "", NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "Links/InitiatorEndpoints", 1).WithRelated("Links/InitiatorEndpoints"))
+			return "", redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooLong", "Links/InitiatorEndpoints", 1).WithRelated("Links/InitiatorEndpoints"))
 		}
 		if len(l.InitiatorEndpoints) == 1 {
 			ref = l.InitiatorEndpoints[0].ID
 			id, ok := refID(ref, RDMAEndpointsURI)
 			if !ok {
-				return "", ErrPropertyValueFormat(ref, linkProp)
+				return "", redfish.ErrPropertyValueFormat(ref, linkProp)
 			}
 			if id == PoolTargetID {
 				return "", errPropertyValueIncorrect(linkProp, ref)
@@ -486,15 +487,15 @@ func (s *Server) exportClient(req exportCreate, oem exportCreateOem) (string, er
 	if oem.Client != nil {
 		name := *oem.Client
 		if !validClientName(name) {
-			return "", ErrPropertyValueFormat(name, "Oem/CxlPool/Client")
+			return "", redfish.ErrPropertyValueFormat(name, "Oem/CxlPool/Client")
 		}
 		if linked != "" && linked != name {
-			return "", ErrPropertyValueConflict("Oem/CxlPool/Client", linkProp)
+			return "", redfish.ErrPropertyValueConflict("Oem/CxlPool/Client", linkProp)
 		}
 		return name, nil
 	}
 	if linked == "" {
-		return "", ErrPropertyMissing("Oem/CxlPool/Client")
+		return "", redfish.ErrPropertyMissing("Oem/CxlPool/Client")
 	}
 	if by, _ := s.exportsByClient(); len(by[linked]) == 0 {
 		return "", errMissingAtURI(ref, linkProp)
@@ -572,24 +573,24 @@ func parseISODuration(s string) (time.Duration, bool) {
 
 // exportError maps the export service's refusals; the rest are the
 // common domain errors.
-func exportError(err error, t Target) *Error {
+func exportError(err error, t redfish.Target) *redfish.Error {
 	switch {
 	case errors.Is(err, rdma.ErrNoExtents):
-		return NewError(http.StatusConflict, Msg{Key: "Base.GeneralError", Resolution: "The memory chunk holds no " +
+		return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.GeneralError", Resolution: "The memory chunk holds no " +
 			"capacity on the device yet. Connect it to a host (Fabrics/CXL/Connections) first, then export it."}).WithCause(err)
 	case errors.Is(err, rdma.ErrTooMany):
-		return NewError(http.StatusConflict, M("Base.CreateLimitReachedForResource")).WithCause(err)
+		return redfish.NewError(http.StatusConflict, redfish.M("Base.CreateLimitReachedForResource")).WithCause(err)
 	case errors.Is(err, dcd.ErrInvalid):
 		reason := strings.TrimSuffix(err.Error(), ": "+rdma.ErrInvalid.Error())
 		reason = strings.ReplaceAll(reason, "rdma: ", "")
-		return NewError(http.StatusBadRequest, Msg{Key: "Base.GeneralError", Resolution: "The export request is " +
+		return redfish.NewError(http.StatusBadRequest, redfish.Msg{Key: "Base.GeneralError", Resolution: "The export request is " +
 			"not valid: " + reason + ". Correct the request and resubmit it."}).WithCause(err)
 	}
 	return FromDomain(err, t)
 }
 
 // exportBody is an export's Connection, without its token.
-func exportBody(x rdma.Export, tr rdma.Traffic) Obj {
+func exportBody(x rdma.Export, tr rdma.Traffic) redfish.Obj {
 	id := string(x.ID)
 	caps := []string{}
 	if x.Perms.Has(rdma.PermRead) {
@@ -598,34 +599,34 @@ func exportBody(x rdma.Export, tr rdma.Traffic) Obj {
 	if x.Perms.Has(rdma.PermWrite) {
 		caps = append(caps, "Write")
 	}
-	oem := Obj{
+	oem := redfish.Obj{
 		"Client":  x.Client,
 		"Offset":  x.Offset,
 		"Length":  x.Length,
-		"Created": x.Created.UTC().Format(timeFormat),
-		"Traffic": Obj{
+		"Created": x.Created.UTC().Format(redfish.TimeFormat),
+		"Traffic": redfish.Obj{
 			"Reads": tr.Reads, "Writes": tr.Writes, "Atomics": tr.Atomics,
 			"BytesRead": tr.BytesRead, "BytesWritten": tr.BytesWritten,
 		},
 	}
 	if !x.Expiry.IsZero() {
-		oem["Expiry"] = x.Expiry.UTC().Format(timeFormat)
+		oem["Expiry"] = x.Expiry.UTC().Format(redfish.TimeFormat)
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":      ExportURI(x.ID),
 		"@odata.type":    "#Connection.v1_4_0.Connection",
 		"Id":             id,
 		"Name":           "Export " + id,
 		"Description":    fmt.Sprintf("Memory chunk %d for remote client %s", x.Chunk, x.Client),
 		"ConnectionType": "Memory",
-		"MemoryChunkInfo": []Obj{{
-			"MemoryChunk":        Link(ChunkURI(x.Chunk)),
+		"MemoryChunkInfo": []redfish.Obj{{
+			"MemoryChunk":        redfish.Link(ChunkURI(x.Chunk)),
 			"AccessCapabilities": caps,
 			"AccessState":        "Optimized",
 		}},
-		"Links": Obj{
-			"InitiatorEndpoints": Links(RemoteClientURI(x.Client)),
-			"TargetEndpoints":    Links(PoolTargetURI),
+		"Links": redfish.Obj{
+			"InitiatorEndpoints": redfish.Links(RemoteClientURI(x.Client)),
+			"TargetEndpoints":    redfish.Links(PoolTargetURI),
 		},
 		"Status": status("Enabled"),
 		"Oem":    oemschema.Oem("Export", oem),

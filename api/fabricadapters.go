@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/cci"
@@ -20,44 +21,44 @@ func (s *Server) fabricAdapterRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, FabricAdaptersURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{ODataID: FabricAdaptersURI, ODataType: "#FabricAdapterCollection.FabricAdapterCollection",
+	s.Handle(http.MethodGet, FabricAdaptersURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: FabricAdaptersURI, ODataType: "#FabricAdapterCollection.FabricAdapterCollection",
 			Name: "Fabric Adapters", Members: []string{FabricAdapterURI},
 			Expand: func(string) (any, error) { return s.fabricAdapter(), nil }})
 	})
-	s.Handle(http.MethodGet, FabricAdapterURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, FabricAdapterURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.fabricAdapter())
 	})
-	s.Handle(http.MethodGet, PortsURI, PrivLogin, func(c echo.Context) error {
-		p := PrincipalOf(c)
+	s.Handle(http.MethodGet, PortsURI, redfish.PrivLogin, func(c echo.Context) error {
+		p := redfish.PrincipalOf(c)
 		heads := map[string]fabric.Head{}
 		var members []string
 		for _, h := range sortedHeads(s.mgr.Box()) {
-			if p.CanSeeHost(dcd.HostID(h.LD)) {
+			if p.CanSeeHost(redfish.HostID(h.LD)) {
 				members = append(members, PortURI(h.Port))
 				heads[PortURI(h.Port)] = h
 			}
 		}
-		return s.WriteCollection(c, Collection{ODataID: PortsURI, ODataType: "#PortCollection.PortCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: PortsURI, ODataType: "#PortCollection.PortCollection",
 			Name: "DCD Host Ports", Members: members,
 			Expand: func(uri string) (any, error) { return port(heads[uri]), nil }})
 	})
-	s.Handle(http.MethodGet, PortsURI+"/:port", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, PortsURI+"/:port", redfish.PrivLogin, func(c echo.Context) error {
 		n, err := strconv.ParseUint(c.Param("port"), 10, 8)
 		if err == nil && c.Param("port") == strconv.FormatUint(n, 10) {
 			for _, h := range s.mgr.Box().Heads {
-				if h.Port == uint8(n) && PrincipalOf(c).CanSeeHost(dcd.HostID(h.LD)) {
+				if h.Port == uint8(n) && redfish.PrincipalOf(c).CanSeeHost(redfish.HostID(h.LD)) {
 					return s.WriteResource(c, http.StatusOK, port(h))
 				}
 			}
 		}
-		return ErrResourceNotFound("Port", c.Param("port"))
+		return redfish.ErrResourceNotFound("Port", c.Param("port"))
 	})
 }
 
-func (s *Server) fabricAdapter() Obj {
+func (s *Server) fabricAdapter() redfish.Obj {
 	id := s.mgr.Box().Identity
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":       FabricAdapterURI,
 		"@odata.type":     "#FabricAdapter.v1_5_3.FabricAdapter",
 		"Id":              "DCD",
@@ -66,11 +67,11 @@ func (s *Server) fabricAdapter() Obj {
 		"FabricType":      "CXL",
 		"SerialNumber":    serialString(id.Serial),
 		"FirmwareVersion": id.FirmwareRevision,
-		"Ports":           Link(PortsURI),
+		"Ports":           redfish.Link(PortsURI),
 		"Status":          status("Enabled"),
-		"Links": Obj{
-			"PCIeDevices":   Links(DCDURI),
-			"MemoryDomains": Links(MemoryDomainURI),
+		"Links": redfish.Obj{
+			"PCIeDevices":   redfish.Links(DCDURI),
+			"MemoryDomains": redfish.Links(MemoryDomainURI),
 		},
 	}
 }
@@ -87,7 +88,7 @@ func speedGTs(code uint8) float64 {
 
 // port describes one head. Speeds are the raw signalling rate of all
 // lanes (per-lane GT/s × width).
-func port(h fabric.Head) Obj {
+func port(h fabric.Head) redfish.Obj {
 	linkStatus := "LinkDown"
 	switch {
 	case h.LinkUp:
@@ -96,7 +97,7 @@ func port(h fabric.Head) Obj {
 		linkStatus = "NoLink"
 	}
 	ld := dcd.HostID(h.LD)
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":    PortURI(h.Port),
 		"@odata.type":  "#Port.v1_18_0.Port",
 		"Id":           strconv.Itoa(int(h.Port)),
@@ -111,9 +112,9 @@ func port(h fabric.Head) Obj {
 		"Width":        h.MaxWidth,
 		"ActiveWidth":  h.NegotiatedWidth,
 		"MaxSpeedGbps": speedGTs(h.MaxSpeed) * float64(h.MaxWidth),
-		"CXL":          Obj{"MaxLogicalDeviceCount": 1},
+		"CXL":          redfish.Obj{"MaxLogicalDeviceCount": 1},
 		"Status":       status(linkState(h)),
-		"Links":        Obj{"AssociatedEndpoints": Links(InitiatorURI(ld), TargetURI(ld))},
+		"Links":        redfish.Obj{"AssociatedEndpoints": redfish.Links(InitiatorURI(ld), TargetURI(ld))},
 	}
 	if h.LinkUp {
 		o["CurrentSpeedGbps"] = speedGTs(h.CurrentSpeed) * float64(h.NegotiatedWidth)

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // Fabrics/CXL: the CXL fabric between the hosts and the device, with one
@@ -14,18 +16,18 @@ func (s *Server) fabricRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, FabricsURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{ODataID: FabricsURI, ODataType: "#FabricCollection.FabricCollection",
-			Name: "Fabrics", Members: append([]string{FabricURI}, s.exportFabrics(PrincipalOf(c))...),
+	s.Handle(http.MethodGet, FabricsURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: FabricsURI, ODataType: "#FabricCollection.FabricCollection",
+			Name: "Fabrics", Members: append([]string{FabricURI}, s.exportFabrics(redfish.PrincipalOf(c))...),
 			Expand: s.expandFabric})
 	})
-	s.Handle(http.MethodGet, FabricURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, FabricURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.fabric())
 	})
 }
 
-func (s *Server) fabric() Obj {
-	return Obj{
+func (s *Server) fabric() redfish.Obj {
+	return redfish.Obj{
 		"@odata.id":   FabricURI,
 		"@odata.type": "#Fabric.v1_4_0.Fabric",
 		"Id":          "CXL",
@@ -34,9 +36,9 @@ func (s *Server) fabric() Obj {
 		"FabricType":  "CXL",
 		"MaxZones":    len(s.mgr.Box().Heads),
 		"Status":      status("Enabled"),
-		"Endpoints":   Link(EndpointsURI),
-		"Zones":       Link(ZonesURI),
-		"Connections": Link(ConnectionsURI),
-		"Links":       Obj{"ManagedBy": Links(managerURI)},
+		"Endpoints":   redfish.Link(EndpointsURI),
+		"Zones":       redfish.Link(ZonesURI),
+		"Connections": redfish.Link(ConnectionsURI),
+		"Links":       redfish.Obj{"ManagedBy": redfish.Links(managerURI)},
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/dcd"
 )
@@ -56,7 +57,7 @@ type chassisPatch struct {
 func resetTarget(h dcd.HostID) string { return SystemURI(h) + "/Actions/" + resetAction }
 
 func (s *Server) headPowerRoutes(b Board) {
-	s.Handle(http.MethodPost, SystemsURI+"/:id/Actions/"+resetAction, PrivConfigureComponents, func(c echo.Context) error {
+	s.Handle(http.MethodPost, SystemsURI+"/:id/Actions/"+resetAction, redfish.PrivConfigureComponents, func(c echo.Context) error {
 		_, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
@@ -66,13 +67,13 @@ func (s *Server) headPowerRoutes(b Board) {
 			return err
 		}
 		if req.ResetType == nil {
-			return NewError(http.StatusBadRequest, M("Base.ActionParameterMissing", resetAction, "ResetType"))
+			return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ActionParameterMissing", resetAction, "ResetType"))
 		}
 		rt := *req.ResetType
 		if !slices.Contains(resetTypes, rt) {
-			return NewError(http.StatusBadRequest, M("Base.ActionParameterValueNotInList", rt, "ResetType", resetAction).WithRelated("ResetType"))
+			return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ActionParameterValueNotInList", rt, "ResetType", resetAction).WithRelated("ResetType"))
 		}
-		target := Target{Type: "ComputerSystem", ID: SystemID(h), URI: SystemURI(h)}
+		target := redfish.Target{Type: "ComputerSystem", ID: SystemID(h), URI: SystemURI(h)}
 		// What can be known at once is answered at once: no board
 		// controller, no power control for this head.
 		heads, err := b.HeadPower(c.Request().Context())
@@ -80,18 +81,18 @@ func (s *Server) headPowerRoutes(b Board) {
 			return FromDomain(err, target)
 		}
 		if int(h) >= len(heads) {
-			return NewError(http.StatusBadRequest, M("Base.ActionNotSupported", resetAction))
+			return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ActionNotSupported", resetAction))
 		}
-		t := s.StartTask(c, TaskOptions{Name: rt + " " + SystemID(h), Host: &h, Target: target},
-			func(ctx context.Context, _ *Task) (TaskResult, error) {
+		t := s.StartTask(c, redfish.TaskOptions{Name: rt + " " + SystemID(h), Host: hostRef(h), Target: target},
+			func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 				if err := b.ResetHead(ctx, int(h), bmc.ResetType(rt)); err != nil {
-					return TaskResult{}, err
+					return redfish.TaskResult{}, err
 				}
-				return TaskResult{Status: http.StatusNoContent, Messages: []Msg{M("Base.Success")}}, nil
+				return redfish.TaskResult{Status: http.StatusNoContent, Messages: []redfish.Msg{redfish.M("Base.Success")}}, nil
 			})
 		return s.Accepted(c, t)
 	})
-	s.Handle(http.MethodPatch, ChassisURI, PrivConfigureComponents, func(c echo.Context) error {
+	s.Handle(http.MethodPatch, ChassisURI, redfish.PrivConfigureComponents, func(c echo.Context) error {
 		var req chassisPatch
 		if err := s.Decode(c, &req); err != nil {
 			return err
@@ -101,9 +102,9 @@ func (s *Server) headPowerRoutes(b Board) {
 		}
 		if req.LocationIndicatorActive != nil {
 			if err := b.SetIdentify(c.Request().Context(), *req.LocationIndicatorActive); err != nil {
-				return FromDomain(err, Target{Type: "Chassis", ID: "Pool", URI: ChassisURI})
+				return FromDomain(err, redfish.Target{Type: "Chassis", ID: "Pool", URI: ChassisURI})
 			}
-			s.Publish(Event{MessageKey: MsgResourceChanged, Origin: ChassisURI})
+			s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: ChassisURI})
 		}
 		return s.WriteResource(c, http.StatusOK, s.chassis())
 	})
@@ -111,7 +112,7 @@ func (s *Server) headPowerRoutes(b Board) {
 
 // chassisBoard adds the board's view to the Chassis: the identify LED,
 // when the board controller answers.
-func (s *Server) chassisBoard(o Obj) {
+func (s *Server) chassisBoard(o redfish.Obj) {
 	b := s.cfg.Board
 	if b == nil {
 		return
@@ -125,12 +126,12 @@ func (s *Server) chassisBoard(o Obj) {
 
 // systemBoard adds the head's power to a ComputerSystem: its PowerState
 // (when the board controller answers) and the reset action.
-func (s *Server) systemBoard(ctx context.Context, o Obj, h dcd.HostID) {
+func (s *Server) systemBoard(ctx context.Context, o redfish.Obj, h dcd.HostID) {
 	b := s.cfg.Board
-	if b == nil || s.paths[SystemsURI+"/:id/Actions/"+resetAction] == nil {
+	if b == nil || !s.Routed(SystemsURI+"/:id/Actions/"+resetAction) {
 		return
 	}
-	o["Actions"] = Obj{"#" + resetAction: Obj{
+	o["Actions"] = redfish.Obj{"#" + resetAction: redfish.Obj{
 		"target":                            resetTarget(h),
 		"ResetType@Redfish.AllowableValues": resetTypes,
 	}}

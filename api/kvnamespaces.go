@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"cxlpool/api/redfish"
 	"encoding/hex"
 	"errors"
 	"net/http"
@@ -70,27 +71,27 @@ func (s *Server) kvNamespaceRoutes() {
 	if s.cfg.KV == nil {
 		return
 	}
-	s.Handle(http.MethodGet, KVNamespacesURI, PrivApplianceView, s.getKVNamespaces)
-	s.Handle(http.MethodPost, KVNamespacesURI, PrivConfigureComponents, s.postKVNamespace)
-	s.Handle(http.MethodGet, KVNamespacesURI+"/:id", PrivApplianceView, s.getKVNamespace)
-	s.Handle(http.MethodPatch, KVNamespacesURI+"/:id", PrivConfigureComponents, s.patchKVNamespace)
-	s.Handle(http.MethodDelete, KVNamespacesURI+"/:id", PrivConfigureComponents, s.deleteKVNamespace)
-	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Join", PrivConfigureComponents, s.kvJoin)
-	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Leave", PrivConfigureComponents, s.kvLeave)
+	s.Handle(http.MethodGet, KVNamespacesURI, redfish.PrivApplianceView, s.getKVNamespaces)
+	s.Handle(http.MethodPost, KVNamespacesURI, redfish.PrivConfigureComponents, s.postKVNamespace)
+	s.Handle(http.MethodGet, KVNamespacesURI+"/:id", redfish.PrivApplianceView, s.getKVNamespace)
+	s.Handle(http.MethodPatch, KVNamespacesURI+"/:id", redfish.PrivConfigureComponents, s.patchKVNamespace)
+	s.Handle(http.MethodDelete, KVNamespacesURI+"/:id", redfish.PrivConfigureComponents, s.deleteKVNamespace)
+	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Join", redfish.PrivConfigureComponents, s.kvJoin)
+	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Leave", redfish.PrivConfigureComponents, s.kvLeave)
 }
 
 // kvErr maps a kv error to its Redfish error, naming the rule.
-func kvErr(err error, name string) *Error {
-	var e *Error
+func kvErr(err error, name string) *redfish.Error {
+	var e *redfish.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	general := func(status int, resolution string) *Error {
-		return NewError(status, Msg{Key: "Base.GeneralError", Resolution: resolution}).WithCause(err)
+	general := func(status int, resolution string) *redfish.Error {
+		return redfish.NewError(status, redfish.Msg{Key: "Base.GeneralError", Resolution: resolution}).WithCause(err)
 	}
 	switch {
 	case errors.Is(err, kv.ErrNotFound):
-		return ErrResourceNotFound("KVNamespace", name).WithCause(err)
+		return redfish.ErrResourceNotFound("KVNamespace", name).WithCause(err)
 	case errors.Is(err, kv.ErrInvalid):
 		return general(http.StatusBadRequest, "The request is not valid for a KV namespace: "+kvReason(err)+
 			". Correct the request and resubmit it.")
@@ -100,11 +101,11 @@ func kvErr(err error, name string) *Error {
 		return general(http.StatusConflict, "A chunk to release still holds blocks that clients pin or are writing: "+
 			kvReason(err)+". Retry when they are unpinned, or choose a larger quota.")
 	case errors.Is(err, kv.ErrNoSpace):
-		return NewError(http.StatusConflict, M("Base.ResourceExhaustion", KVNamespaceURI(name))).WithCause(err)
+		return redfish.NewError(http.StatusConflict, redfish.M("Base.ResourceExhaustion", KVNamespaceURI(name))).WithCause(err)
 	case errors.Is(err, kv.ErrUnavailable):
-		return ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		return redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
 	}
-	return FromDomain(err, Target{Type: "KVNamespace", ID: name, URI: KVNamespaceURI(name)})
+	return FromDomain(err, redfish.Target{Type: "KVNamespace", ID: name, URI: KVNamespaceURI(name)})
 }
 
 // kvReason is the innermost reason of a kv error.
@@ -121,18 +122,18 @@ func kvReason(err error) string {
 	return s
 }
 
-func kvBody(ns kv.Namespace) Obj {
+func kvBody(ns kv.Namespace) redfish.Obj {
 	members := make([]string, 0, len(ns.Members))
-	systems := make([]Obj, 0, len(ns.Members))
+	systems := make([]redfish.Obj, 0, len(ns.Members))
 	for _, h := range ns.Members {
 		members = append(members, SystemID(h))
-		systems = append(systems, Link(SystemURI(h)))
+		systems = append(systems, redfish.Link(SystemURI(h)))
 	}
-	chunks := make([]Obj, 0, len(ns.Chunks))
+	chunks := make([]redfish.Obj, 0, len(ns.Chunks))
 	for _, c := range ns.Chunks {
-		chunks = append(chunks, Obj{"MemoryChunk": Link(ChunkURI(c.ID)), "Tag": c.Tag.String(), "SizeMiB": c.Size >> 20})
+		chunks = append(chunks, redfish.Obj{"MemoryChunk": redfish.Link(ChunkURI(c.ID)), "Tag": c.Tag.String(), "SizeMiB": c.Size >> 20})
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":    KVNamespaceURI(ns.Name),
 		"@odata.type":  oemschema.Type("KVNamespace"),
 		"Id":           ns.Name,
@@ -142,7 +143,7 @@ func kvBody(ns kv.Namespace) Obj {
 		"Hosts":        members,
 		"Created":      ns.Created.UTC().Format(time.RFC3339),
 		"Chunks":       chunks,
-		"Stats": Obj{
+		"Stats": redfish.Obj{
 			"Blocks": ns.Stats.Blocks, "UsedBytes": ns.Stats.Used, "ReservedBytes": ns.Stats.Reserved,
 			"CapacityMiB": ns.Stats.Capacity >> 20, "Evictions": ns.Stats.Evictions, "Sessions": ns.Stats.Sessions,
 		},
@@ -151,15 +152,15 @@ func kvBody(ns kv.Namespace) Obj {
 }
 
 // kvTokens is the Tokens property: each host's token, shown once.
-func kvTokens(toks map[dcd.HostID]kv.Token) []Obj {
+func kvTokens(toks map[dcd.HostID]kv.Token) []redfish.Obj {
 	hosts := make([]dcd.HostID, 0, len(toks))
 	for h := range toks {
 		hosts = append(hosts, h)
 	}
 	slices.Sort(hosts)
-	out := make([]Obj, 0, len(hosts))
+	out := make([]redfish.Obj, 0, len(hosts))
 	for _, h := range hosts {
-		out = append(out, Obj{"Host": SystemID(h), "Token": tokenHex(toks[h])})
+		out = append(out, redfish.Obj{"Host": SystemID(h), "Token": tokenHex(toks[h])})
 	}
 	return out
 }
@@ -173,16 +174,16 @@ func (s *Server) getKVNamespaces(c echo.Context) error {
 		members = append(members, u)
 		by[u] = ns
 	}
-	return s.WriteCollection(c, Collection{ODataID: KVNamespacesURI, ODataType: oemschema.Type("KVNamespaceCollection"),
+	return s.WriteCollection(c, redfish.Collection{ODataID: KVNamespacesURI, ODataType: oemschema.Type("KVNamespaceCollection"),
 		Name: "KV-Cache Namespaces", Members: members,
 		Expand: func(uri string) (any, error) { return kvBody(by[uri]), nil }})
 }
 
-func (s *Server) lookupKV(c echo.Context) (kv.Namespace, Obj, error) {
+func (s *Server) lookupKV(c echo.Context) (kv.Namespace, redfish.Obj, error) {
 	name := c.Param("id")
 	ns, err := s.cfg.KV.Namespace(name)
 	if err != nil {
-		return ns, nil, ErrResourceNotFound("KVNamespace", name)
+		return ns, nil, redfish.ErrResourceNotFound("KVNamespace", name)
 	}
 	return ns, kvBody(ns), nil
 }
@@ -199,7 +200,7 @@ func (s *Server) getKVNamespace(c echo.Context) error {
 func (s *Server) kvHost(id, prop string) (dcd.HostID, error) {
 	h, err := ParseSystemID(id)
 	if err != nil {
-		return 0, ErrPropertyValueFormat(id, prop)
+		return 0, redfish.ErrPropertyValueFormat(id, prop)
 	}
 	if _, ok := s.cfg.Manager.Box().Head(uint16(h)); !ok {
 		return 0, errMissingAtURI(SystemURI(h), prop)
@@ -215,15 +216,15 @@ func (s *Server) postKVNamespace(c echo.Context) error {
 		return err
 	}
 	if len(req.Hosts) == 0 {
-		return ErrPropertyMissing("Hosts")
+		return redfish.ErrPropertyMissing("Hosts")
 	}
 	cr := kv.CreateRequest{Name: *req.Name, ChunkSize: *req.ChunkSizeMiB << 20}
 	if *req.ChunkSizeMiB == 0 || *req.ChunkSizeMiB > 1<<30 {
-		return ErrPropertyValueOutOfRange(strconv.FormatUint(*req.ChunkSizeMiB, 10), "ChunkSizeMiB")
+		return redfish.ErrPropertyValueOutOfRange(strconv.FormatUint(*req.ChunkSizeMiB, 10), "ChunkSizeMiB")
 	}
 	if req.QuotaMiB != nil {
 		if *req.QuotaMiB < *req.ChunkSizeMiB || *req.QuotaMiB > 1<<30 {
-			return ErrPropertyValueOutOfRange(strconv.FormatUint(*req.QuotaMiB, 10), "QuotaMiB")
+			return redfish.ErrPropertyValueOutOfRange(strconv.FormatUint(*req.QuotaMiB, 10), "QuotaMiB")
 		}
 		cr.Quota = *req.QuotaMiB << 20
 	}
@@ -233,19 +234,19 @@ func (s *Server) postKVNamespace(c echo.Context) error {
 			return err
 		}
 		if slices.Contains(cr.Hosts, h) {
-			return ErrPropertyValueConflict("Hosts/"+strconv.Itoa(i), "Hosts")
+			return redfish.ErrPropertyValueConflict("Hosts/"+strconv.Itoa(i), "Hosts")
 		}
 		cr.Hosts = append(cr.Hosts, h)
 	}
 	if _, err := s.cfg.KV.Namespace(cr.Name); err == nil {
-		return ErrResourceAlreadyExists("KVNamespace", "Name", cr.Name)
+		return redfish.ErrResourceAlreadyExists("KVNamespace", "Name", cr.Name)
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), kvChangeTimeout)
 	defer cancel()
 	ns, toks, err := s.cfg.KV.Create(ctx, cr)
 	if err != nil {
 		if errors.Is(err, kv.ErrConflict) {
-			return ErrResourceAlreadyExists("KVNamespace", "Name", cr.Name)
+			return redfish.ErrResourceAlreadyExists("KVNamespace", "Name", cr.Name)
 		}
 		return kvErr(err, cr.Name)
 	}
@@ -253,7 +254,7 @@ func (s *Server) postKVNamespace(c echo.Context) error {
 	body["Tokens"] = kvTokens(toks)
 	// The tokens are secrets: no cache keeps the answer.
 	c.Response().Header().Set("Cache-Control", "no-store")
-	s.Publish(Event{MessageKey: MsgResourceCreated, Origin: KVNamespaceURI(ns.Name)})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceCreated, Origin: KVNamespaceURI(ns.Name)})
 	return s.WriteCreated(c, KVNamespaceURI(ns.Name), body)
 }
 
@@ -270,7 +271,7 @@ func (s *Server) patchKVNamespace(c echo.Context) error {
 		return err
 	}
 	if *req.QuotaMiB < ns.ChunkSize>>20 || *req.QuotaMiB > 1<<30 {
-		return ErrPropertyValueOutOfRange(strconv.FormatUint(*req.QuotaMiB, 10), "QuotaMiB")
+		return redfish.ErrPropertyValueOutOfRange(strconv.FormatUint(*req.QuotaMiB, 10), "QuotaMiB")
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), kvChangeTimeout)
 	defer cancel()
@@ -278,7 +279,7 @@ func (s *Server) patchKVNamespace(c echo.Context) error {
 	if err != nil {
 		return kvErr(err, ns.Name)
 	}
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
 	return s.WriteResource(c, http.StatusOK, kvBody(got))
 }
 
@@ -295,13 +296,13 @@ func (s *Server) deleteKVNamespace(c echo.Context) error {
 	if err := s.cfg.KV.Delete(ctx, ns.Name); err != nil {
 		return kvErr(err, ns.Name)
 	}
-	s.Publish(Event{MessageKey: MsgResourceRemoved, Origin: KVNamespaceURI(ns.Name)})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceRemoved, Origin: KVNamespaceURI(ns.Name)})
 	return s.NoContent(c)
 }
 
 // kvHostChange runs a Join or Leave of the body's Host and answers the
 // namespace after it, with what change returns added (Join's token).
-func (s *Server) kvHostChange(c echo.Context, change func(ctx context.Context, name string, h dcd.HostID) (Obj, error)) error {
+func (s *Server) kvHostChange(c echo.Context, change func(ctx context.Context, name string, h dcd.HostID) (redfish.Obj, error)) error {
 	ns, _, err := s.lookupKV(c)
 	if err != nil {
 		return err
@@ -328,24 +329,24 @@ func (s *Server) kvHostChange(c echo.Context, change func(ctx context.Context, n
 	for k, v := range extra {
 		body[k] = v
 	}
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
 	return s.WriteResource(c, http.StatusOK, body)
 }
 
 func (s *Server) kvJoin(c echo.Context) error {
-	return s.kvHostChange(c, func(ctx context.Context, name string, h dcd.HostID) (Obj, error) {
+	return s.kvHostChange(c, func(ctx context.Context, name string, h dcd.HostID) (redfish.Obj, error) {
 		tok, err := s.cfg.KV.Join(ctx, name, h)
 		if err != nil {
 			return nil, err
 		}
 		// The token is a secret: no cache keeps the answer.
 		c.Response().Header().Set("Cache-Control", "no-store")
-		return Obj{"Tokens": kvTokens(map[dcd.HostID]kv.Token{h: tok})}, nil
+		return redfish.Obj{"Tokens": kvTokens(map[dcd.HostID]kv.Token{h: tok})}, nil
 	})
 }
 
 func (s *Server) kvLeave(c echo.Context) error {
-	return s.kvHostChange(c, func(ctx context.Context, name string, h dcd.HostID) (Obj, error) {
+	return s.kvHostChange(c, func(ctx context.Context, name string, h dcd.HostID) (redfish.Obj, error) {
 		return nil, s.cfg.KV.Leave(ctx, name, h)
 	})
 }

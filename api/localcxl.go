@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/fabric/linuxcxl"
 )
 
@@ -40,12 +41,12 @@ func (s *Server) localCXLRoutes() {
 	if s.capacity == nil || s.cfg.LocalCXL == nil {
 		return
 	}
-	s.Handle(http.MethodGet, PCIeDevicesURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, PCIeDevicesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		id := c.Param("id")
 		if strings.HasPrefix(id, localCXLPrefix) {
 			devs, err := s.cfg.LocalCXL()
 			if err != nil {
-				return ErrInternal(err)
+				return redfish.ErrInternal(err)
 			}
 			for _, d := range devs {
 				if localCXLID(d) == id {
@@ -53,25 +54,25 @@ func (s *Server) localCXLRoutes() {
 				}
 			}
 		}
-		return ErrResourceNotFound("PCIeDevice", id)
+		return redfish.ErrResourceNotFound("PCIeDevice", id)
 	})
 }
 
-func localCXLDevice(d linuxcxl.MemDev) Obj {
+func localCXLDevice(d linuxcxl.MemDev) redfish.Obj {
 	id := localCXLID(d)
 	health := "OK"
 	if d.IdentifyError != "" {
 		// The driver bound it but its mailbox does not answer.
 		health = "Warning"
 	}
-	oem := Obj{"Name": d.Name, "RAMBytes": d.RAMSize, "PMEMBytes": d.PMEMSize, "NUMANode": d.NUMANode}
+	oem := redfish.Obj{"Name": d.Name, "RAMBytes": d.RAMSize, "PMEMBytes": d.PMEMSize, "NUMANode": d.NUMANode}
 	if d.Host != "" {
 		oem["Host"] = d.Host
 	}
 	if d.IdentifyError != "" {
 		oem["IdentifyError"] = d.IdentifyError
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":    PCIeDevicesURI + "/" + id,
 		"@odata.type":  "#PCIeDevice.v1_21_0.PCIeDevice",
 		"Id":           id,
@@ -79,8 +80,8 @@ func localCXLDevice(d linuxcxl.MemDev) Obj {
 		"Description":  "A CXL Type 3 memory device on the management computer, found through the Linux CXL driver",
 		"DeviceType":   "SingleFunction",
 		"SerialNumber": serialString(d.Serial),
-		"Status":       Obj{"State": "Enabled", "Health": health},
-		"CXLDevice":    Obj{"DeviceType": "Type3"},
+		"Status":       redfish.Obj{"State": "Enabled", "Health": health},
+		"CXLDevice":    redfish.Obj{"DeviceType": "Type3"},
 		"Oem":          oemschema.Oem("LocalCXLDevice", oem),
 	}
 	if d.FirmwareVersion != "" {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -18,8 +19,8 @@ func (s *Server) logicalDeviceRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, LogicalDevicesURI, PrivLogin, s.getLogicalDevices)
-	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld", PrivLogin, s.getLogicalDevice)
+	s.Handle(http.MethodGet, LogicalDevicesURI, redfish.PrivLogin, s.getLogicalDevices)
+	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld", redfish.PrivLogin, s.getLogicalDevice)
 }
 
 func (s *Server) getLogicalDevices(c echo.Context) error {
@@ -27,14 +28,14 @@ func (s *Server) getLogicalDevices(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	var members []string
 	for _, h := range v.heads {
-		if p.CanSeeHost(dcd.HostID(h.LD)) {
+		if p.CanSeeHost(redfish.HostID(h.LD)) {
 			members = append(members, LogicalDeviceURI(dcd.HostID(h.LD)))
 		}
 	}
-	return s.WriteCollection(c, Collection{ODataID: LogicalDevicesURI, ODataType: "#CXLLogicalDeviceCollection.CXLLogicalDeviceCollection",
+	return s.WriteCollection(c, redfish.Collection{ODataID: LogicalDevicesURI, ODataType: "#CXLLogicalDeviceCollection.CXLLogicalDeviceCollection",
 		Name: "CXL Logical Devices", Members: members,
 		Expand: func(uri string) (any, error) {
 			id, _ := refID(uri, LogicalDevicesURI)
@@ -49,8 +50,8 @@ func (s *Server) getLogicalDevice(c echo.Context) error {
 		return err
 	}
 	h, ok := parseLD(c.Param("ld"))
-	if !ok || !hostVisible(PrincipalOf(c), v, h) {
-		return ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
+	if !ok || !hostVisible(redfish.PrincipalOf(c), v, h) {
+		return redfish.ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
 	}
 	return s.WriteResource(c, http.StatusOK, s.logicalDevice(v, h))
 }
@@ -68,7 +69,7 @@ func gcxlid(serial uint64, ld dcd.HostID) string {
 	return fmt.Sprintf("%s:%04X", b, uint16(ld))
 }
 
-func (s *Server) logicalDevice(v *poolView, h dcd.HostID) Obj {
+func (s *Server) logicalDevice(v *poolView, h dcd.HostID) redfish.Obj {
 	head, _ := v.head(h)
 	var held uint64
 	var chunks []string
@@ -78,24 +79,24 @@ func (s *Server) logicalDevice(v *poolView, h dcd.HostID) Obj {
 			chunks = append(chunks, ChunkURI(g.Chunk))
 		}
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":   LogicalDeviceURI(h),
 		"@odata.type": "#CXLLogicalDevice.v1_3_0.CXLLogicalDevice",
 		"Id":          strconv.Itoa(int(h)),
 		"Name":        "Logical Device " + strconv.Itoa(int(h)),
 		"Description": "The logical device " + SystemID(h) + " reaches through head port " + strconv.Itoa(int(head.Port)),
-		"Identifiers": []Obj{{
+		"Identifiers": []redfish.Obj{{
 			"DurableName":       gcxlid(v.box.Identity.Serial, h),
 			"DurableNameFormat": "GCXLID",
 		}},
 		"SemanticsSupported": []string{"CXLio", "CXLmem"},
 		"MemorySizeMiB":      mib(held),
-		"MemoryRegions":      Link(LogicalDeviceURI(h) + "/MemoryRegions"),
+		"MemoryRegions":      redfish.Link(LogicalDeviceURI(h) + "/MemoryRegions"),
 		"Status":             status(linkState(head)),
-		"Links": Obj{
-			"Endpoints":     Links(TargetURI(h)),
-			"MemoryChunks":  Links(chunks...),
-			"MemoryDomains": Links(MemoryDomainURI),
+		"Links": redfish.Obj{
+			"Endpoints":     redfish.Links(TargetURI(h)),
+			"MemoryChunks":  redfish.Links(chunks...),
+			"MemoryDomains": redfish.Links(MemoryDomainURI),
 		},
 	}
 }

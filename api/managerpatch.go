@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/image/manifest"
 	"cxlpool/image/update"
 )
@@ -94,7 +95,7 @@ type managerLinksPatch struct {
 }
 
 func (s *Server) managerPatchRoutes() {
-	s.Handle(http.MethodPatch, managerURI, PrivConfigureManager, s.patchManager)
+	s.Handle(http.MethodPatch, managerURI, redfish.PrivConfigureManager, s.patchManager)
 }
 
 func (s *Server) patchManager(c echo.Context) error {
@@ -126,13 +127,13 @@ func (s *Server) patchManager(c echo.Context) error {
 	}
 
 	ctx := c.Request().Context()
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	changed := false
 	if slot != "" {
 		// The boot control record is read, changed and written: one
 		// writer at a time, pushes included (updatepush.go).
 		if !s.updating.CompareAndSwap(false, true) {
-			return NewError(http.StatusConflict, M("Update.UpdateInProgress"), M("Base.ResourceInUse"))
+			return redfish.NewError(http.StatusConflict, redfish.M("Update.UpdateInProgress"), redfish.M("Base.ResourceInUse"))
 		}
 		err := s.cfg.Update.Activate(slot)
 		s.updating.Store(false)
@@ -144,19 +145,19 @@ func (s *Server) patchManager(c echo.Context) error {
 	}
 	if req.DateTime != nil {
 		if err := s.cfg.SetTime(ctx, at); err != nil {
-			return ErrInternal(fmt.Errorf("manager: set the clock: %w", err))
+			return redfish.ErrInternal(fmt.Errorf("manager: set the clock: %w", err))
 		}
-		s.log.Warn("clock set", "time", at.UTC().Format(timeFormat), "user", p.User)
+		s.log.Warn("clock set", "time", at.UTC().Format(redfish.TimeFormat), "user", p.User)
 		changed = true
 	}
 	if req.DateTimeLocalOffset != nil {
-		if err := s.store.SetSettings(ctx, map[string]string{settingUTCOffset: *req.DateTimeLocalOffset}); err != nil {
-			return ErrInternal(fmt.Errorf("manager: %w", err))
+		if err := s.Store().SetSettings(ctx, map[string]string{settingUTCOffset: *req.DateTimeLocalOffset}); err != nil {
+			return redfish.ErrInternal(fmt.Errorf("manager: %w", err))
 		}
 		changed = true
 	}
 	if changed {
-		s.Publish(Event{MessageKey: MsgResourceChanged, Origin: managerURI})
+		s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: managerURI})
 	}
 	return s.WriteResource(c, http.StatusOK, s.manager(p))
 }
@@ -168,32 +169,32 @@ func (s *Server) managerIfMatch(c echo.Context) error {
 	if hdr == "" {
 		return nil
 	}
-	o := s.manager(PrincipalOf(c))
+	o := s.manager(redfish.PrincipalOf(c))
 	now := s.now()
 	_, loc := s.utcOffset()
 	for d := time.Duration(0); d <= managerETagWindow; d += time.Second {
-		o["DateTime"] = now.Add(-d).In(loc).Format(timeFormat)
-		body, err := encodeJSON(o)
+		o["DateTime"] = now.Add(-d).In(loc).Format(redfish.TimeFormat)
+		body, err := redfish.EncodeJSON(o)
 		if err != nil {
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
-		if etagMatches(hdr, ETag(body)) {
+		if redfish.EtagMatches(hdr, redfish.ETag(body)) {
 			return nil
 		}
 	}
-	return ErrPreconditionFailed()
+	return redfish.ErrPreconditionFailed()
 }
 
 // imageSlotOf maps a Links.ActiveSoftwareImage URI to its slot.
 func (s *Server) imageSlotOf(uri string) (string, error) {
 	if s.cfg.Update == nil {
-		return "", NewError(http.StatusBadRequest, Msg{Key: "Base.PropertyNotWritable", Args: []string{propActiveImage},
+		return "", redfish.NewError(http.StatusBadRequest, redfish.Msg{Key: "Base.PropertyNotWritable", Args: []string{propActiveImage},
 			Resolution: "This box does not run from its A/B image slots (no image to switch to); remove the property and resubmit the request."}.
 			WithRelated(propActiveImage))
 	}
 	id, ok := refID(uri, FirmwareInventoryURI)
 	if !ok {
-		return "", ErrPropertyValueFormat(uri, propActiveImage)
+		return "", redfish.ErrPropertyValueFormat(uri, propActiveImage)
 	}
 	for _, slot := range []string{update.SlotA, update.SlotB} {
 		if id == imageSlotID(slot) {
@@ -203,7 +204,7 @@ func (s *Server) imageSlotOf(uri string) (string, error) {
 	for _, o := range s.runningFirmware() {
 		if o["Id"] == id {
 			// Firmware that exists but is no image slot.
-			return "", ErrPropertyValueNotInList(uri, propActiveImage)
+			return "", redfish.ErrPropertyValueNotInList(uri, propActiveImage)
 		}
 	}
 	return "", errMissingAtURI(uri, propActiveImage)
@@ -212,10 +213,10 @@ func (s *Server) imageSlotOf(uri string) (string, error) {
 // activateError maps Activate's refusal: the slot's state (409), the
 // image's fault or the rollback floor (400), anything else the box's
 // (500).
-func (s *Server) activateError(err error, slot string) *Error {
+func (s *Server) activateError(err error, slot string) *redfish.Error {
 	id := imageSlotID(slot)
-	failed := func(status int, resolution string) *Error {
-		return NewError(status, Msg{Key: "Update.ActivateFailed", Args: []string{id, "FM"}, Resolution: resolution}.
+	failed := func(status int, resolution string) *redfish.Error {
+		return redfish.NewError(status, redfish.Msg{Key: "Update.ActivateFailed", Args: []string{id, "FM"}, Resolution: resolution}.
 			WithRelated(propActiveImage)).WithCause(err)
 	}
 	switch {
@@ -227,7 +228,7 @@ func (s *Server) activateError(err error, slot string) *Error {
 		return failed(http.StatusBadRequest, "The image's security version is below the box's minimum (rollback protection): "+
 			"only images at or above it can run. Push a newer image instead.")
 	case update.IsRefusal(err):
-		return NewError(http.StatusBadRequest, Msg{Key: "Update.VerificationFailed", Args: []string{id, "FM"},
+		return redfish.NewError(http.StatusBadRequest, redfish.Msg{Key: "Update.VerificationFailed", Args: []string{id, "FM"},
 			Resolution: "The image in the slot no longer verifies (" + err.Error() + ") and was marked bad; push an image again."}.
 			WithRelated(propActiveImage)).WithCause(err)
 	}
@@ -238,16 +239,16 @@ func (s *Server) activateError(err error, slot string) *Error {
 // and the value must be an RFC 3339 time within reason.
 func (s *Server) parseDateTime(v string) (time.Time, error) {
 	if s.cfg.SetTime == nil {
-		return time.Time{}, NewError(http.StatusBadRequest, Msg{Key: "Base.PropertyNotWritable", Args: []string{"DateTime"},
+		return time.Time{}, redfish.NewError(http.StatusBadRequest, redfish.Msg{Key: "Base.PropertyNotWritable", Args: []string{"DateTime"},
 			Resolution: "The clock belongs to the host's operating system here, not to this service: set it there (or with NTP)."}.
 			WithRelated("DateTime"))
 	}
 	at, err := time.Parse(time.RFC3339, v)
 	if err != nil {
-		return time.Time{}, ErrPropertyValueFormat(v, "DateTime")
+		return time.Time{}, redfish.ErrPropertyValueFormat(v, "DateTime")
 	}
 	if at.Before(minDateTime) || !at.Before(maxDateTime) {
-		return time.Time{}, ErrPropertyValueOutOfRange(v, "DateTime")
+		return time.Time{}, redfish.ErrPropertyValueOutOfRange(v, "DateTime")
 	}
 	return at, nil
 }
@@ -256,7 +257,7 @@ func (s *Server) parseDateTime(v string) (time.Time, error) {
 func parseUTCOffset(v string) (*time.Location, error) {
 	const prop = "DateTimeLocalOffset"
 	if !utcOffsetPattern.MatchString(v) {
-		return nil, ErrPropertyValueFormat(v, prop)
+		return nil, redfish.ErrPropertyValueFormat(v, prop)
 	}
 	h, _ := strconv.Atoi(v[1:3])
 	m, _ := strconv.Atoi(v[4:6])
@@ -265,7 +266,7 @@ func parseUTCOffset(v string) (*time.Location, error) {
 		secs = -secs
 	}
 	if secs < -12*3600 || secs > 14*3600 {
-		return nil, ErrPropertyValueOutOfRange(v, prop)
+		return nil, redfish.ErrPropertyValueOutOfRange(v, prop)
 	}
 	return time.FixedZone(v, secs), nil
 }
@@ -273,7 +274,7 @@ func parseUTCOffset(v string) (*time.Location, error) {
 // utcOffset is the stored DateTimeLocalOffset and its zone (UTC if none
 // is stored, or if it cannot be read).
 func (s *Server) utcOffset() (string, *time.Location) {
-	v, err := s.store.Setting(s.ctx, settingUTCOffset, "+00:00")
+	v, err := s.Store().Setting(s.ctx, settingUTCOffset, "+00:00")
 	if err != nil {
 		s.log.Warn("reading DateTimeLocalOffset", "err", err)
 		return "+00:00", time.UTC
@@ -288,16 +289,16 @@ func (s *Server) utcOffset() (string, *time.Location) {
 // managerSettings adds what this file and managerreset.go contribute to
 // the Manager: the clock in its offset, the image slots (the running one
 // as ActiveSoftwareImage) and the Reset action.
-func (s *Server) managerSettings(o Obj) {
+func (s *Server) managerSettings(o redfish.Obj) {
 	offset, loc := s.utcOffset()
-	o["DateTime"], o["DateTimeLocalOffset"] = s.now().In(loc).Format(timeFormat), offset
+	o["DateTime"], o["DateTimeLocalOffset"] = s.now().In(loc).Format(redfish.TimeFormat), offset
 	if s.cfg.Update != nil {
 		if slots, err := s.cfg.Update.Slots(); err != nil {
 			s.log.Warn("reading the image slots", "err", err)
 		} else if len(slots) > 0 {
-			links, _ := o["Links"].(Obj)
+			links, _ := o["Links"].(redfish.Obj)
 			if links == nil {
-				links = Obj{}
+				links = redfish.Obj{}
 				o["Links"] = links
 			}
 			uris := make([]string, 0, len(slots))
@@ -305,10 +306,10 @@ func (s *Server) managerSettings(o Obj) {
 				u := FirmwareInventoryURI + "/" + imageSlotID(st.Slot)
 				uris = append(uris, u)
 				if st.Running {
-					links["ActiveSoftwareImage"] = Link(u)
+					links["ActiveSoftwareImage"] = redfish.Link(u)
 				}
 			}
-			links["SoftwareImages"] = Links(uris...)
+			links["SoftwareImages"] = redfish.Links(uris...)
 			links["SoftwareImages@odata.count"] = len(uris)
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // POST /redfish/v1/Managers/FM/Actions/Manager.Reset restarts the box,
@@ -29,7 +31,7 @@ func (s *Server) managerResetRoutes() {
 	if s.cfg.Reboot == nil {
 		return
 	}
-	s.Handle(http.MethodPost, managerResetTarget, PrivConfigureManager, s.resetManager)
+	s.Handle(http.MethodPost, managerResetTarget, redfish.PrivConfigureManager, s.resetManager)
 }
 
 func (s *Server) resetManager(c echo.Context) error {
@@ -42,12 +44,12 @@ func (s *Server) resetManager(c echo.Context) error {
 		rt = *req.ResetType
 	}
 	if !slices.Contains(managerResetTypes, rt) {
-		return NewError(http.StatusBadRequest, M("Base.ActionParameterValueNotInList", rt, "ResetType", managerResetAction).WithRelated("ResetType"))
+		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ActionParameterValueNotInList", rt, "ResetType", managerResetAction).WithRelated("ResetType"))
 	}
 	if s.updating.Load() {
-		return NewError(http.StatusConflict, M("Update.UpdateInProgress"), M("Base.ResourceInUse"))
+		return redfish.NewError(http.StatusConflict, redfish.M("Update.UpdateInProgress"), redfish.M("Base.ResourceInUse"))
 	}
-	s.log.Warn("manager reset: rebooting the box", "type", rt, "user", PrincipalOf(c).User)
+	s.log.Warn("manager reset: rebooting the box", "type", rt, "user", redfish.PrincipalOf(c).User)
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -60,16 +62,16 @@ func (s *Server) resetManager(c echo.Context) error {
 
 // addManagerReset adds the Reset action to the Manager where it is
 // served.
-func (s *Server) addManagerReset(o Obj) {
-	if s.paths[managerResetTarget] == nil { // HasRoute is for GET routes
+func (s *Server) addManagerReset(o redfish.Obj) {
+	if !s.Routed(managerResetTarget) { // HasRoute is for GET routes
 		return
 	}
-	acts, _ := o["Actions"].(Obj)
+	acts, _ := o["Actions"].(redfish.Obj)
 	if acts == nil {
-		acts = Obj{}
+		acts = redfish.Obj{}
 		o["Actions"] = acts
 	}
-	acts["#"+managerResetAction] = Obj{
+	acts["#"+managerResetAction] = redfish.Obj{
 		"target":                            managerResetTarget,
 		"ResetType@Redfish.AllowableValues": managerResetTypes,
 	}

@@ -4,6 +4,8 @@ import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 const (
@@ -12,21 +14,21 @@ const (
 )
 
 func (s *Server) managerRoutes() {
-	s.Handle(http.MethodGet, managersURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{ODataID: managersURI, ODataType: "#ManagerCollection.ManagerCollection",
+	s.Handle(http.MethodGet, managersURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: managersURI, ODataType: "#ManagerCollection.ManagerCollection",
 			Name: "Managers", Members: []string{managerURI},
-			Expand: func(string) (any, error) { return s.manager(PrincipalOf(c)), nil }})
+			Expand: func(string) (any, error) { return s.manager(redfish.PrincipalOf(c)), nil }})
 	})
-	s.Handle(http.MethodGet, managerURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, s.manager(PrincipalOf(c)))
+	s.Handle(http.MethodGet, managerURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.manager(redfish.PrincipalOf(c)))
 	})
 }
 
 // manager is the appliance itself: the Fabric Manager of the CXL fabric.
-func (s *Server) manager(p *Principal) Obj {
+func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 	now := s.now()
 	health := "OK"
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":             managerURI,
 		"@odata.type":           "#Manager.v1_24_0.Manager",
 		"Id":                    "FM",
@@ -36,26 +38,26 @@ func (s *Server) manager(p *Principal) Obj {
 		"Manufacturer":          "cxlpool",
 		"Model":                 "cxlpool FM",
 		"FirmwareVersion":       s.cfg.FirmwareVersion,
-		"UUID":                  s.uuid,
-		"ServiceEntryPointUUID": s.uuid,
+		"UUID":                  s.UUID(),
+		"ServiceEntryPointUUID": s.UUID(),
 		"PowerState":            "On",
-		"DateTime":              now.Format(timeFormat),
+		"DateTime":              now.Format(redfish.TimeFormat),
 		"DateTimeLocalOffset":   "+00:00",
-		"Status":                Obj{"State": "Enabled", "Health": health},
-		"Links":                 Obj{},
+		"Status":                redfish.Obj{"State": "Enabled", "Health": health},
+		"Links":                 redfish.Obj{},
 	}
 	if s.HasRoute("/redfish/v1/Fabrics") {
-		o["Links"].(Obj)["ManagerForFabrics"] = Links(FabricURI)
+		o["Links"].(redfish.Obj)["ManagerForFabrics"] = redfish.Links(FabricURI)
 	}
 	if s.mgr != nil {
 		o["SerialNumber"] = serialString(s.mgr.Box().Identity.Serial)
 	}
 	if s.HasRoute("/redfish/v1/Chassis") {
-		o["Links"].(Obj)["ManagerForChassis"] = Links(ChassisURI)
-		o["Links"].(Obj)["ManagerInChassis"] = Link(ChassisURI)
+		o["Links"].(redfish.Obj)["ManagerForChassis"] = redfish.Links(ChassisURI)
+		o["Links"].(redfish.Obj)["ManagerInChassis"] = redfish.Link(ChassisURI)
 	}
-	if p.Has(PrivApplianceView) {
-		o["LogServices"] = Link(logServicesURI)
+	if p.Has(redfish.PrivApplianceView) {
+		o["LogServices"] = redfish.Link(logServicesURI)
 	}
 	// NetworkProtocol, EthernetInterfaces (networkprotocol.go)
 	s.managerNetworkLinks(o, p)

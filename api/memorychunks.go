@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -60,10 +61,10 @@ func (s *Server) memoryChunkRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ChunksURI, PrivLogin, s.getChunks)
-	s.Handle(http.MethodPost, ChunksURI, PrivConfigureComponents|PrivHostCapacity, s.postChunk)
-	s.Handle(http.MethodGet, ChunksURI+"/:id", PrivLogin, s.getChunk)
-	s.Handle(http.MethodDelete, ChunksURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.deleteChunk)
+	s.Handle(http.MethodGet, ChunksURI, redfish.PrivLogin, s.getChunks)
+	s.Handle(http.MethodPost, ChunksURI, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postChunk)
+	s.Handle(http.MethodGet, ChunksURI+"/:id", redfish.PrivLogin, s.getChunk)
+	s.Handle(http.MethodDelete, ChunksURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
 	s.strandedRoutes()
 }
 
@@ -72,8 +73,8 @@ func (s *Server) getChunks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := PrincipalOf(c)
-	col, err := v.cachedCollection(p, "chunks", Collection{ODataID: ChunksURI,
+	p := redfish.PrincipalOf(c)
+	col, err := v.cachedCollection(p, "chunks", redfish.Collection{ODataID: ChunksURI,
 		ODataType: "#MemoryChunksCollection.MemoryChunksCollection", Name: "Memory Chunks",
 		Expand: func(uri string) (any, error) {
 			id, _ := refID(uri, ChunksURI)
@@ -103,8 +104,8 @@ func (s *Server) lookupChunk(c echo.Context) (*poolView, dcd.Chunk, error) {
 	}
 	n, ok := parseID(c.Param("id"))
 	ch, found := v.chunk(dcd.ChunkID(n))
-	if !ok || !found || !s.chunkVisible(PrincipalOf(c), v, ch) {
-		return nil, dcd.Chunk{}, ErrResourceNotFound("MemoryChunks", c.Param("id"))
+	if !ok || !found || !s.chunkVisible(redfish.PrincipalOf(c), v, ch) {
+		return nil, dcd.Chunk{}, redfish.ErrResourceNotFound("MemoryChunks", c.Param("id"))
 	}
 	return v, ch, nil
 }
@@ -114,7 +115,7 @@ func (s *Server) getChunk(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return s.WriteResource(c, http.StatusOK, s.chunkBody(v, PrincipalOf(c), ch))
+	return s.WriteResource(c, http.StatusOK, s.chunkBody(v, redfish.PrincipalOf(c), ch))
 }
 
 func (s *Server) deleteChunk(c echo.Context) error {
@@ -122,14 +123,14 @@ func (s *Server) deleteChunk(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := s.IfMatch(c, s.chunkBody(v, PrincipalOf(c), ch)); err != nil {
+	if err := s.IfMatch(c, s.chunkBody(v, redfish.PrincipalOf(c), ch)); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
 	err = s.mgr.DeleteChunk(ctx, ch.ID)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, Target{Type: "MemoryChunks", ID: c.Param("id"), URI: ChunkURI(ch.ID)})
+		return FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: c.Param("id"), URI: ChunkURI(ch.ID)})
 	}
 	if err := s.capacity.dropOwner(context.WithoutCancel(ctx), ch.ID); err != nil {
 		s.log.Error("forgetting the owner of a deleted chunk", "chunk", ch.ID, "err", err)
@@ -137,18 +138,18 @@ func (s *Server) deleteChunk(c echo.Context) error {
 	return s.NoContent(c)
 }
 
-func errPropertyValueIncorrect(prop, value string) *Error {
-	return NewError(http.StatusBadRequest, M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
+func errPropertyValueIncorrect(prop, value string) *redfish.Error {
+	return redfish.NewError(http.StatusBadRequest, redfish.M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
 }
 
 // validName accepts printable names of at most maxNameLength characters.
 func validName(prop, name string) error {
 	if len([]rune(name)) > maxNameLength {
-		return NewError(http.StatusBadRequest, M("Base.StringValueTooLong", name, maxNameLength).WithRelated(prop))
+		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.StringValueTooLong", name, maxNameLength).WithRelated(prop))
 	}
 	for _, r := range name {
 		if !unicode.IsPrint(r) {
-			return ErrPropertyValueFormat(name, prop)
+			return redfish.ErrPropertyValueFormat(name, prop)
 		}
 	}
 	return nil
@@ -160,7 +161,7 @@ func (s *Server) postChunk(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	p := PrincipalOf(c)
+	p := redfish.PrincipalOf(c)
 	v, err := s.view(ctx)
 	if err != nil {
 		return err
@@ -168,7 +169,7 @@ func (s *Server) postChunk(c echo.Context) error {
 	rr := dcd.ReserveRequest{Region: -1}
 	sizeText := strconv.FormatInt(req.MemoryChunkSizeMiB, 10)
 	if req.MemoryChunkSizeMiB <= 0 || req.MemoryChunkSizeMiB > math.MaxInt64/mebibyte {
-		return ErrPropertyValueOutOfRange(sizeText, "MemoryChunkSizeMiB")
+		return redfish.ErrPropertyValueOutOfRange(sizeText, "MemoryChunkSizeMiB")
 	}
 	rr.Size = uint64(req.MemoryChunkSizeMiB) * mebibyte
 	var oemName *string
@@ -178,20 +179,20 @@ func (s *Server) postChunk(c echo.Context) error {
 		if o.Region != nil {
 			r, ok := v.region(*o.Region)
 			if !ok {
-				return ErrPropertyValueNotInList(strconv.Itoa(*o.Region), "Oem/CxlPool/Region")
+				return redfish.ErrPropertyValueNotInList(strconv.Itoa(*o.Region), "Oem/CxlPool/Region")
 			}
 			rr.Region, rr.Sharable = r.Index, r.Sharable
 		}
 		if o.Sharable != nil {
 			if *o.Sharable && rr.Region >= 0 && !rr.Sharable {
-				return ErrPropertyValueConflict("Oem/CxlPool/Sharable", "Oem/CxlPool/Region")
+				return redfish.ErrPropertyValueConflict("Oem/CxlPool/Sharable", "Oem/CxlPool/Region")
 			}
 			rr.Sharable = *o.Sharable
 		}
 	}
 	switch {
 	case req.DisplayName != nil && oemName != nil && *req.DisplayName != *oemName:
-		return ErrPropertyValueConflict("DisplayName", "Oem/CxlPool/Name")
+		return redfish.ErrPropertyValueConflict("DisplayName", "Oem/CxlPool/Name")
 	case req.DisplayName != nil:
 		rr.Name = *req.DisplayName
 		if err := validName("DisplayName", rr.Name); err != nil {
@@ -237,7 +238,7 @@ func (s *Server) postChunk(c echo.Context) error {
 	if err := v.fitsOneRegion(rr); err != nil {
 		return err
 	}
-	target := Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI}
+	target := redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI}
 	if p.IsHost() {
 		// The quota check and the reservation are one step per server.
 		s.capacity.reserveMu.Lock()
@@ -245,7 +246,7 @@ func (s *Server) postChunk(c echo.Context) error {
 		if v, err = s.view(ctx); err != nil {
 			return err
 		}
-		h, err := s.mgr.Ledger().Host(ctx, *p.HostID)
+		h, err := s.mgr.Ledger().Host(ctx, dcd.HostID(*p.HostID))
 		if err != nil {
 			return FromDomain(err, target)
 		}
@@ -259,14 +260,14 @@ func (s *Server) postChunk(c echo.Context) error {
 		return FromDomain(err, target)
 	}
 	if p.IsHost() {
-		if err := s.capacity.setOwner(ctx, ch, *p.HostID); err != nil {
+		if err := s.capacity.setOwner(ctx, ch, dcd.HostID(*p.HostID)); err != nil {
 			// Without the record the host could not see its chunk:
 			// take the reservation back.
 			if derr := s.mgr.DeleteChunk(context.WithoutCancel(ctx), ch.ID); derr != nil {
 				s.log.Error("undoing a reservation", "chunk", ch.ID, "err", derr)
 			}
 			s.capacity.invalidate()
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
 	}
 	s.capacity.invalidate()
@@ -294,40 +295,40 @@ func chunkState(gs []dcd.Grant) string {
 	return st
 }
 
-func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
+func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redfish.Obj {
 	var gs []dcd.Grant
 	for _, g := range v.chunkGrants(ch.ID) {
-		if p.CanSeeHost(g.Host) {
+		if p.CanSeeHost(redfish.HostID(g.Host)) {
 			gs = append(gs, g)
 		}
 	}
 	endpoints := make([]string, 0, len(gs))
 	lds := make([]string, 0, len(gs))
 	regions := make([]string, 0, len(gs))
-	grants := make([]Obj, 0, len(gs))
+	grants := make([]redfish.Obj, 0, len(gs))
 	offset, placed := uint64(math.MaxUint64), false
 	for _, g := range gs {
 		endpoints = append(endpoints, InitiatorURI(g.Host))
 		lds = append(lds, LogicalDeviceURI(g.Host))
 		regions = append(regions, MemoryRegionURI(g.Host, ch.Region))
-		grants = append(grants, Obj{"Connection": Link(ConnectionURI(g.ID)), "SystemId": SystemID(g.Host), "State": string(g.State)})
+		grants = append(grants, redfish.Obj{"Connection": redfish.Link(ConnectionURI(g.ID)), "SystemId": SystemID(g.Host), "State": string(g.State)})
 		if holds(g) {
 			for _, e := range g.Extents {
 				offset, placed = min(offset, e.DPA), true
 			}
 		}
 	}
-	oem := Obj{
+	oem := redfish.Obj{
 		"Sharable": ch.Sharable,
 		"Region":   ch.Region,
 		"Tag":      ch.Tag.String(),
-		"Created":  ch.Created.UTC().Format(timeFormat),
+		"Created":  ch.Created.UTC().Format(redfish.TimeFormat),
 		"Grants":   grants,
 	}
 	if ch.Name != "" {
 		oem["Name"] = ch.Name
 	}
-	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(h) {
+	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(redfish.HostID(h)) {
 		oem["Owner"] = SystemID(h)
 	}
 	st := status(chunkState(gs))
@@ -337,7 +338,7 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 		oem["Stranded"] = true
 		oem["LostGrants"] = lostGrantsBody(lost, p)
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":          ChunkURI(ch.ID),
 		"@odata.type":        "#MemoryChunks.v1_6_2.MemoryChunks",
 		"Id":                 strconv.FormatInt(int64(ch.ID), 10),
@@ -345,10 +346,10 @@ func (s *Server) chunkBody(v *poolView, p *Principal, ch dcd.Chunk) Obj {
 		"MemoryChunkSizeMiB": mib(ch.Size),
 		"AddressRangeType":   "Volatile",
 		"Status":             st,
-		"Links": Obj{
-			"Endpoints":         Links(endpoints...),
-			"CXLLogicalDevices": Links(lds...),
-			"MemoryRegions":     Links(regions...),
+		"Links": redfish.Obj{
+			"Endpoints":         redfish.Links(endpoints...),
+			"CXLLogicalDevices": redfish.Links(lds...),
+			"MemoryRegions":     redfish.Links(regions...),
 		},
 		"Oem": oemschema.Oem("MemoryChunks", oem),
 	}

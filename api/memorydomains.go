@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -16,35 +17,35 @@ func (s *Server) memoryDomainRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, MemoryDomainsURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, MemoryDomainsURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
-		return s.WriteCollection(c, Collection{ODataID: MemoryDomainsURI, ODataType: "#MemoryDomainCollection.MemoryDomainCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: MemoryDomainsURI, ODataType: "#MemoryDomainCollection.MemoryDomainCollection",
 			Name: "Memory Domains", Members: []string{MemoryDomainURI},
-			Expand: func(string) (any, error) { return s.memoryDomain(v, PrincipalOf(c)), nil }})
+			Expand: func(string) (any, error) { return s.memoryDomain(v, redfish.PrincipalOf(c)), nil }})
 	})
-	s.Handle(http.MethodGet, MemoryDomainURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, MemoryDomainURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
-		return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, PrincipalOf(c)))
+		return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, redfish.PrincipalOf(c)))
 	})
 }
 
-func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
+func (s *Server) memoryDomain(v *poolView, p *redfish.Principal) redfish.Obj {
 	u := v.usage()
 	var lds []string
 	for _, h := range v.heads {
-		if p.CanSeeHost(dcd.HostID(h.LD)) {
+		if p.CanSeeHost(redfish.HostID(h.LD)) {
 			lds = append(lds, LogicalDeviceURI(dcd.HostID(h.LD)))
 		}
 	}
-	regions := make([]Obj, 0, len(v.box.Regions))
+	regions := make([]redfish.Obj, 0, len(v.box.Regions))
 	for _, r := range v.box.Regions {
-		reg := Obj{
+		reg := redfish.Obj{
 			"Region":            r.Index,
 			"Sharable":          r.Sharable,
 			"SizeMiB":           mib(r.Length),
@@ -59,8 +60,8 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		}
 		regions = append(regions, reg)
 	}
-	oem := Obj{"FreeMiB": mib(u.free), "Regions": regions}
-	if p.Has(PrivApplianceView) {
+	oem := redfish.Obj{"FreeMiB": mib(u.free), "Regions": regions}
+	if p.Has(redfish.PrivApplianceView) {
 		oem["DefaultHostQuotaMiB"] = mib(v.defaultQuota.Bytes)
 		oem["DefaultHostQuotaIsFairShare"] = v.defaultQuota.FairShare
 		oem["ReservedMiB"] = mib(u.reserved)
@@ -69,7 +70,7 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		oem["OrphanedMiB"] = mib(u.orphaned)
 	}
 	if p.IsHost() {
-		h := *p.HostID
+		h := dcd.HostID(*p.HostID)
 		oem["QuotaMiB"] = mib(v.quota(h)) // what limits it: its own quota, else the default
 		// HeldMiB is what counts against the quota: chunks the host
 		// reserved itself and those it holds or is being given.
@@ -80,13 +81,13 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		// Capacity lost grants strand is neither usable nor free
 		// (stranded.go).
 		st["Health"] = "Warning"
-		if p.Has(PrivApplianceView) { // whose chunks they are is not a host's business
+		if p.Has(redfish.PrivApplianceView) { // whose chunks they are is not a host's business
 			oem["StrandedChunks"] = len(v.stranded)
 			oem["StrandedMiB"] = mib(v.strandedBytes())
 		}
 	}
 	block := mib(v.blockSize())
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":                 MemoryDomainURI,
 		"@odata.type":               "#MemoryDomain.v1_5_1.MemoryDomain",
 		"Id":                        "Pool",
@@ -99,10 +100,10 @@ func (s *Server) memoryDomain(v *poolView, p *Principal) Obj {
 		"AllowsSparing":             false,
 		"MinMemoryChunkSizeMiB":     block,
 		"MemoryChunkIncrementMiB":   block,
-		"MemoryChunks":              Link(ChunksURI),
+		"MemoryChunks":              redfish.Link(ChunksURI),
 		"Status":                    st,
-		"Links":                     Obj{"CXLLogicalDevices": Links(lds...)},
-		"Actions": Obj{"Oem": Obj{"#CxlPool.FreeStrandedChunks": Obj{"target": FreeStrandedURI,
+		"Links":                     redfish.Obj{"CXLLogicalDevices": redfish.Links(lds...)},
+		"Actions": redfish.Obj{"Oem": redfish.Obj{"#CxlPool.FreeStrandedChunks": redfish.Obj{"target": FreeStrandedURI,
 			"title": "Free every chunk stranded by lost grants"}}},
 		"Oem": oemschema.Oem("MemoryDomain", oem),
 	}

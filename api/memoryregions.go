@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/cci"
@@ -25,8 +26,8 @@ func (s *Server) memoryRegionRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld/MemoryRegions", PrivLogin, s.getMemoryRegions)
-	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld/MemoryRegions/:n", PrivLogin, s.getMemoryRegion)
+	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld/MemoryRegions", redfish.PrivLogin, s.getMemoryRegions)
+	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld/MemoryRegions/:n", redfish.PrivLogin, s.getMemoryRegion)
 }
 
 func (s *Server) getMemoryRegions(c echo.Context) error {
@@ -36,8 +37,8 @@ func (s *Server) getMemoryRegions(c echo.Context) error {
 		return err
 	}
 	h, ok := parseLD(c.Param("ld"))
-	if !ok || !hostVisible(PrincipalOf(c), v, h) {
-		return ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
+	if !ok || !hostVisible(redfish.PrincipalOf(c), v, h) {
+		return redfish.ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
 	}
 	uri := LogicalDeviceURI(h) + "/MemoryRegions"
 	members := make([]string, 0, len(v.box.Regions))
@@ -47,7 +48,7 @@ func (s *Server) getMemoryRegions(c echo.Context) error {
 	var exts []cci.Extent
 	var extErr error
 	loaded := false
-	return s.WriteCollection(c, Collection{ODataID: uri, ODataType: "#MemoryRegionCollection.MemoryRegionCollection",
+	return s.WriteCollection(c, redfish.Collection{ODataID: uri, ODataType: "#MemoryRegionCollection.MemoryRegionCollection",
 		Name: "Memory Regions of LD " + strconv.Itoa(int(h)), Members: members,
 		Expand: func(m string) (any, error) {
 			if !loaded {
@@ -71,13 +72,13 @@ func (s *Server) getMemoryRegion(c echo.Context) error {
 		return err
 	}
 	h, ok := parseLD(c.Param("ld"))
-	if !ok || !hostVisible(PrincipalOf(c), v, h) {
-		return ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
+	if !ok || !hostVisible(redfish.PrincipalOf(c), v, h) {
+		return redfish.ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
 	}
 	n, err := strconv.Atoi(c.Param("n"))
 	r, found := v.region(n)
 	if err != nil || !found || c.Param("n") != strconv.Itoa(n) {
-		return ErrResourceNotFound("MemoryRegion", c.Param("n"))
+		return redfish.ErrResourceNotFound("MemoryRegion", c.Param("n"))
 	}
 	exts, err := s.ldExtents(ctx, v, h)
 	if err != nil {
@@ -102,12 +103,12 @@ func (s *Server) ldExtents(ctx context.Context, v *poolView, h dcd.HostID) ([]cc
 		if !errors.Is(err, fabric.ErrTimeout) && !errors.Is(err, fabric.ErrClosed) {
 			err = fmt.Errorf("%w: extent list of LD %d: %v", dcd.ErrDevice, h, err)
 		}
-		return nil, FromDomain(err, Target{Type: "CXLLogicalDevice", ID: strconv.Itoa(int(h)), URI: LogicalDeviceURI(h)})
+		return nil, FromDomain(err, redfish.Target{Type: "CXLLogicalDevice", ID: strconv.Itoa(int(h)), URI: LogicalDeviceURI(h)})
 	}
 	return list.Extents, nil
 }
 
-func memoryRegion(v *poolView, h dcd.HostID, r fabric.Region, all []cci.Extent) Obj {
+func memoryRegion(v *poolView, h dcd.HostID, r fabric.Region, all []cci.Extent) redfish.Obj {
 	var exts []cci.Extent
 	for _, e := range all {
 		if r.Contains(e.DPA, e.Length) {
@@ -117,13 +118,13 @@ func memoryRegion(v *poolView, h dcd.HostID, r fabric.Region, all []cci.Extent) 
 	slices.SortFunc(exts, func(a, b cci.Extent) int { return cmp.Compare(a.DPA, b.DPA) })
 	// The chunks providing this LD's capacity here: each chunk's tag
 	// names its extents.
-	chunks := []Obj{}
+	chunks := []redfish.Obj{}
 	for _, g := range v.hostGrants(h) {
 		ch, ok := v.chunk(g.Chunk)
 		if !ok || ch.Region != r.Index || !holds(g) {
 			continue
 		}
-		o := Obj{"ChunkLink": Link(ChunkURI(ch.ID))}
+		o := redfish.Obj{"ChunkLink": redfish.Link(ChunkURI(ch.ID))}
 		for _, e := range exts {
 			if e.Tag == ch.Tag {
 				o["ChunkOffsetMiB"] = mib(e.DPA - r.Base)
@@ -132,7 +133,7 @@ func memoryRegion(v *poolView, h dcd.HostID, r fabric.Region, all []cci.Extent) 
 		}
 		chunks = append(chunks, o)
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":           MemoryRegionURI(h, r.Index),
 		"@odata.type":         "#MemoryRegion.v1_0_3.MemoryRegion",
 		"Id":                  strconv.Itoa(r.Index),

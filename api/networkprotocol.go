@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // The management computer's network and time: ManagerNetworkProtocol
@@ -72,16 +74,16 @@ type NetworkSettings struct {
 
 // errHostOwnsNetwork refuses a change of prop where the host's operating
 // system owns the network (no NetworkConfig).
-func errHostOwnsNetwork(prop string) *Error {
-	m := M("Base.PropertyNotWritable", prop).WithRelated(prop)
+func errHostOwnsNetwork(prop string) *redfish.Error {
+	m := redfish.M("Base.PropertyNotWritable", prop).WithRelated(prop)
 	m.Resolution = "The network and time settings of this computer belong to its operating system: cxlpoold is not " +
 		"running from the cxlpool image here, so change them with the operating system's own tools."
-	return NewError(http.StatusBadRequest, m)
+	return redfish.NewError(http.StatusBadRequest, m)
 }
 
 // resetRequired is the message of a change that applies at the next boot.
-func resetRequired() Msg {
-	return M("Base.ResetRequired", managerURI+"/Actions/Manager.Reset", "GracefulRestart")
+func resetRequired() redfish.Msg {
+	return redfish.M("Base.ResetRequired", managerURI+"/Actions/Manager.Reset", "GracefulRestart")
 }
 
 var (
@@ -115,24 +117,24 @@ type networkProtocolPatch struct {
 }
 
 func (s *Server) networkRoutes() {
-	s.Handle(http.MethodGet, networkProtocolURI, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, networkProtocolURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.networkProtocol(c))
 	})
-	s.Handle(http.MethodPatch, networkProtocolURI, PrivConfigureManager, s.patchNetworkProtocol)
+	s.Handle(http.MethodPatch, networkProtocolURI, redfish.PrivConfigureManager, s.patchNetworkProtocol)
 	s.ethernetRoutes()
 }
 
 // managerNetworkLinks adds the Manager's links to its network resources,
 // for the principals that may read them.
-func (s *Server) managerNetworkLinks(o Obj, p *Principal) {
-	if !p.Has(PrivApplianceView) {
+func (s *Server) managerNetworkLinks(o redfish.Obj, p *redfish.Principal) {
+	if !p.Has(redfish.PrivApplianceView) {
 		return
 	}
 	if s.HasRoute(networkProtocolURI) {
-		o["NetworkProtocol"] = Link(networkProtocolURI)
+		o["NetworkProtocol"] = redfish.Link(networkProtocolURI)
 	}
 	if s.HasRoute(ethernetInterfacesURI) {
-		o["EthernetInterfaces"] = Link(ethernetInterfacesURI)
+		o["EthernetInterfaces"] = redfish.Link(ethernetInterfacesURI)
 	}
 }
 
@@ -184,31 +186,31 @@ func servedPort(r *http.Request) (tls bool, port int) {
 	return tls, port
 }
 
-func (s *Server) networkProtocol(c echo.Context) Obj {
+func (s *Server) networkProtocol(c echo.Context) redfish.Obj {
 	ns, owned := s.networkSettings()
 	host, fqdn := s.hostNames(ns)
 	tls, port := servedPort(c.Request())
-	https := Obj{"ProtocolEnabled": tls, "Port": nil}
-	plain := Obj{"ProtocolEnabled": !tls, "Port": nil}
+	https := redfish.Obj{"ProtocolEnabled": tls, "Port": nil}
+	plain := redfish.Obj{"ProtocolEnabled": !tls, "Port": nil}
 	if tls {
 		https["Port"] = port
 	} else {
 		plain["Port"] = port
 	}
 	if s.HasRoute(httpsCertificatesURI) {
-		https["Certificates"] = Link(httpsCertificatesURI)
+		https["Certificates"] = redfish.Link(httpsCertificatesURI)
 	}
 	// Without the image the host's own time service (if any) is
 	// unknown to the service: null, not a guess.
-	ntp := Obj{"ProtocolEnabled": nil, "NTPServers": []string{}}
+	ntp := redfish.Obj{"ProtocolEnabled": nil, "NTPServers": []string{}}
 	if owned {
 		servers := ns.NTPServers
 		if servers == nil {
 			servers = []string{}
 		}
-		ntp = Obj{"ProtocolEnabled": ns.NTPEnabled, "NTPServers": servers, "Port": ntpPort}
+		ntp = redfish.Obj{"ProtocolEnabled": ns.NTPEnabled, "NTPServers": servers, "Port": ntpPort}
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":   networkProtocolURI,
 		"@odata.type": "#ManagerNetworkProtocol.v1_12_0.ManagerNetworkProtocol",
 		"Id":          "NetworkProtocol",
@@ -218,7 +220,7 @@ func (s *Server) networkProtocol(c echo.Context) Obj {
 		"HTTPS":       https,
 		"HTTP":        plain,
 		"NTP":         ntp,
-		"Status":      Obj{"State": "Enabled", "Health": "OK"},
+		"Status":      redfish.Obj{"State": "Enabled", "Health": "OK"},
 	}
 	if fqdn != "" {
 		o["FQDN"] = fqdn
@@ -242,7 +244,7 @@ func (s *Server) patchNetworkProtocol(c echo.Context) error {
 	}
 	var servers []string
 	if req.NTP.NTPServers != nil {
-		var err *Error
+		var err *redfish.Error
 		if servers, err = parseNTPServers(*req.NTP.NTPServers); err != nil {
 			return err
 		}
@@ -255,22 +257,22 @@ func (s *Server) patchNetworkProtocol(c echo.Context) error {
 			ns.NTPEnabled = *req.NTP.ProtocolEnabled
 		}
 		if ns.NTPEnabled && len(ns.NTPServers) == 0 {
-			return ErrPropertyValueConflict("NTP/ProtocolEnabled", "NTP/NTPServers")
+			return redfish.ErrPropertyValueConflict("NTP/ProtocolEnabled", "NTP/NTPServers")
 		}
 		return nil
 	})
 	if err != nil {
 		return networkUpdateError(err)
 	}
-	s.log.Info("NTP settings changed", "user", PrincipalOf(c).User)
-	s.Publish(Event{MessageKey: MsgResourceChanged, Origin: networkProtocolURI})
+	s.log.Info("NTP settings changed", "user", redfish.PrincipalOf(c).User)
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: networkProtocolURI})
 	return s.WriteResource(c, http.StatusOK, s.networkProtocol(c))
 }
 
 // parseNTPServers checks NTP.NTPServers: host names or IP addresses, at
 // most maxNTPServers; empty strings (a client's way of clearing a slot)
 // and repeats are dropped.
-func parseNTPServers(in []string) ([]string, *Error) {
+func parseNTPServers(in []string) ([]string, *redfish.Error) {
 	out := []string{}
 	for i, srv := range in {
 		srv = strings.TrimSpace(srv)
@@ -278,12 +280,12 @@ func parseNTPServers(in []string) ([]string, *Error) {
 			continue
 		}
 		if _, err := netip.ParseAddr(srv); err != nil && (len(srv) > 253 || !dnsNamePattern.MatchString(srv)) {
-			return nil, ErrPropertyValueFormat(srv, "NTP/NTPServers/"+strconv.Itoa(i))
+			return nil, redfish.ErrPropertyValueFormat(srv, "NTP/NTPServers/"+strconv.Itoa(i))
 		}
 		out = append(out, srv)
 	}
 	if len(out) > maxNTPServers {
-		return nil, NewError(http.StatusBadRequest, M("Base.ArraySizeTooLong", "NTP/NTPServers", maxNTPServers).WithRelated("NTP/NTPServers"))
+		return nil, redfish.NewError(http.StatusBadRequest, redfish.M("Base.ArraySizeTooLong", "NTP/NTPServers", maxNTPServers).WithRelated("NTP/NTPServers"))
 	}
 	return out, nil
 }
@@ -291,9 +293,9 @@ func parseNTPServers(in []string) ([]string, *Error) {
 // networkUpdateError passes validation errors through and reports a
 // failure to store the settings.
 func networkUpdateError(err error) error {
-	var e *Error
+	var e *redfish.Error
 	if errors.As(err, &e) {
 		return e
 	}
-	return ErrInternal(err)
+	return redfish.ErrInternal(err)
 }

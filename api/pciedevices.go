@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 )
 
 // PCIeDevices/DCD is the multi-headed Dynamic Capacity Device, described
@@ -17,14 +18,14 @@ func (s *Server) pcieDeviceRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, PCIeDevicesURI, PrivLogin, func(c echo.Context) error {
-		members, byURI := []string{DCDURI}, map[string]Obj{}
+	s.Handle(http.MethodGet, PCIeDevicesURI, redfish.PrivLogin, func(c echo.Context) error {
+		members, byURI := []string{DCDURI}, map[string]redfish.Obj{}
 		for _, d := range s.localCXL() { // localcxl.go
 			o := localCXLDevice(d)
 			u := o["@odata.id"].(string)
 			members, byURI[u] = append(members, u), o
 		}
-		return s.WriteCollection(c, Collection{ODataID: PCIeDevicesURI, ODataType: "#PCIeDeviceCollection.PCIeDeviceCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: PCIeDevicesURI, ODataType: "#PCIeDeviceCollection.PCIeDeviceCollection",
 			Name: "PCIe Devices", Members: members,
 			Expand: func(uri string) (any, error) {
 				if o, ok := byURI[uri]; ok {
@@ -33,7 +34,7 @@ func (s *Server) pcieDeviceRoutes() {
 				return s.dcdDevice(), nil
 			}})
 	})
-	s.Handle(http.MethodGet, DCDURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, DCDURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.dcdDevice())
 	})
 }
@@ -56,20 +57,20 @@ func policies(mask uint16, names []string) []string {
 
 func hex4(v uint16) string { return fmt.Sprintf("0x%04X", v) }
 
-func (s *Server) dcdDevice() Obj {
+func (s *Server) dcdDevice() redfish.Obj {
 	box := s.mgr.Box()
 	id := box.Identity
-	blocks := make([]Obj, 0, len(box.Regions))
-	sor := make([]Obj, 0, len(box.Regions))
+	blocks := make([]redfish.Obj, 0, len(box.Regions))
+	sor := make([]redfish.Obj, 0, len(box.Regions))
 	for _, r := range box.Regions {
-		blocks = append(blocks, Obj{"RegionNumber": r.Index, "BlockSizeMiB": []uint64{mib(r.BlockSize)}})
-		sor = append(sor, Obj{"RegionNumber": r.Index, "SanitizationOnReleaseSupported": r.SanitizeOnRelease || r.SoRConfigurable})
+		blocks = append(blocks, redfish.Obj{"RegionNumber": r.Index, "BlockSizeMiB": []uint64{mib(r.BlockSize)}})
+		sor = append(sor, redfish.Obj{"RegionNumber": r.Index, "SanitizationOnReleaseSupported": r.SanitizeOnRelease || r.SoRConfigurable})
 	}
 	st := "Enabled"
 	if len(box.Heads) == 0 {
 		st = "UnavailableOffline"
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":       DCDURI,
 		"@odata.type":     "#PCIeDevice.v1_21_0.PCIeDevice",
 		"Id":              "DCD",
@@ -80,11 +81,11 @@ func (s *Server) dcdDevice() Obj {
 		"SerialNumber":    serialString(id.Serial),
 		"FirmwareVersion": id.FirmwareRevision,
 		"Status":          status(st),
-		"CXLDevice": Obj{
+		"CXLDevice": redfish.Obj{
 			// A device holding dynamic capacity is a memory expander.
 			"DeviceType":              "Type3",
 			"MaxNumberLogicalDevices": len(box.Heads),
-			"DynamicCapacity": Obj{
+			"DynamicCapacity": redfish.Obj{
 				"MaxDynamicCapacityRegions":        len(box.Regions),
 				"MaxHosts":                         len(box.Heads),
 				"TotalDynamicCapacityMiB":          mib(box.TotalDynamic),
@@ -94,9 +95,9 @@ func (s *Server) dcdDevice() Obj {
 				"SanitizationOnReleaseSupport":     sor,
 			},
 		},
-		"CXLLogicalDevices": Link(LogicalDevicesURI),
-		"Links":             Obj{"Chassis": Links(ChassisURI)},
-		"Oem": oemschema.Oem("DynamicCapacityDevice", Obj{
+		"CXLLogicalDevices": redfish.Link(LogicalDevicesURI),
+		"Links":             redfish.Obj{"Chassis": redfish.Links(ChassisURI)},
+		"Oem": oemschema.Oem("DynamicCapacityDevice", redfish.Obj{
 			"VendorId":          hex4(id.VendorID),
 			"DeviceId":          hex4(id.DeviceID),
 			"SubsystemVendorId": hex4(id.SubsystemVendorID),

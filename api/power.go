@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 )
 
@@ -16,29 +17,29 @@ import (
 // output power and voltage, each pointing at the Sensor it comes from.
 
 func (s *Server) powerRoutes(b Board) {
-	s.Handle(http.MethodGet, PowerSubsystemURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, PowerSubsystemURI, redfish.PrivLogin, func(c echo.Context) error {
 		psus, err := b.PowerSupplies(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, Target{Type: "PowerSubsystem", ID: "PowerSubsystem", URI: PowerSubsystemURI})
+			return FromDomain(err, redfish.Target{Type: "PowerSubsystem", ID: "PowerSubsystem", URI: PowerSubsystemURI})
 		}
 		health := bmc.OK
 		for _, p := range psus {
 			health = worse(health, p.Health)
 		}
-		return s.WriteResource(c, http.StatusOK, Obj{
+		return s.WriteResource(c, http.StatusOK, redfish.Obj{
 			"@odata.id":     PowerSubsystemURI,
 			"@odata.type":   "#PowerSubsystem.v1_1_3.PowerSubsystem",
 			"Id":            "PowerSubsystem",
 			"Name":          "Power Subsystem",
 			"Description":   "The memory box's power supplies, from its board controller",
-			"PowerSupplies": Link(PowerSuppliesURI),
+			"PowerSupplies": redfish.Link(PowerSuppliesURI),
 			"Status":        boardStatus(bmc.Enabled, health),
 		})
 	})
-	s.Handle(http.MethodGet, PowerSuppliesURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, PowerSuppliesURI, redfish.PrivLogin, func(c echo.Context) error {
 		psus, err := b.PowerSupplies(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, Target{Type: "PowerSupplyCollection", URI: PowerSuppliesURI})
+			return FromDomain(err, redfish.Target{Type: "PowerSupplyCollection", URI: PowerSuppliesURI})
 		}
 		byURI := map[string]bmc.PowerSupply{}
 		members := make([]string, 0, len(psus))
@@ -47,18 +48,18 @@ func (s *Server) powerRoutes(b Board) {
 			members = append(members, u)
 			byURI[u] = p
 		}
-		return s.WriteCollection(c, Collection{ODataID: PowerSuppliesURI, ODataType: "#PowerSupplyCollection.PowerSupplyCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: PowerSuppliesURI, ODataType: "#PowerSupplyCollection.PowerSupplyCollection",
 			Name: "Power Supplies", Members: members,
 			Expand: func(uri string) (any, error) { return powerSupplyBody(byURI[uri]), nil }})
 	})
-	s.Handle(http.MethodGet, PowerSuppliesURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, PowerSuppliesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		p, err := findPSU(c.Request().Context(), b, c.Param("id"))
 		if err != nil {
 			return err
 		}
 		return s.WriteResource(c, http.StatusOK, powerSupplyBody(p))
 	})
-	s.Handle(http.MethodGet, PowerSuppliesURI+"/:id/Metrics", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, PowerSuppliesURI+"/:id/Metrics", redfish.PrivLogin, func(c echo.Context) error {
 		ctx := c.Request().Context()
 		p, err := findPSU(ctx, b, c.Param("id"))
 		if err != nil {
@@ -66,7 +67,7 @@ func (s *Server) powerRoutes(b Board) {
 		}
 		sensors, err := b.Sensors(ctx)
 		if err != nil {
-			return FromDomain(err, Target{Type: "PowerSupplyMetrics", ID: "Metrics", URI: PowerSuppliesURI + "/" + p.ID + "/Metrics"})
+			return FromDomain(err, redfish.Target{Type: "PowerSupplyMetrics", ID: "Metrics", URI: PowerSuppliesURI + "/" + p.ID + "/Metrics"})
 		}
 		return s.WriteResource(c, http.StatusOK, powerSupplyMetrics(p, sensors))
 	})
@@ -76,29 +77,29 @@ func (s *Server) powerRoutes(b Board) {
 func findPSU(ctx context.Context, b Board, id string) (bmc.PowerSupply, error) {
 	psus, err := b.PowerSupplies(ctx)
 	if err != nil {
-		return bmc.PowerSupply{}, FromDomain(err, Target{Type: "PowerSupply", ID: id, URI: PowerSuppliesURI + "/" + id})
+		return bmc.PowerSupply{}, FromDomain(err, redfish.Target{Type: "PowerSupply", ID: id, URI: PowerSuppliesURI + "/" + id})
 	}
 	for _, p := range psus {
 		if p.ID == id {
 			return p, nil
 		}
 	}
-	return bmc.PowerSupply{}, ErrResourceNotFound("PowerSupply", id)
+	return bmc.PowerSupply{}, redfish.ErrResourceNotFound("PowerSupply", id)
 }
 
-func powerSupplyBody(p bmc.PowerSupply) Obj {
+func powerSupplyBody(p bmc.PowerSupply) redfish.Obj {
 	line := "Normal"
 	if p.State != bmc.Enabled {
 		line = "LossOfInput"
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":       PowerSuppliesURI + "/" + p.ID,
 		"@odata.type":     "#PowerSupply.v1_6_0.PowerSupply",
 		"Id":              p.ID,
 		"Name":            p.Name,
 		"PowerSupplyType": "AC",
 		"LineInputStatus": line,
-		"Metrics":         Link(PowerSuppliesURI + "/" + p.ID + "/Metrics"),
+		"Metrics":         redfish.Link(PowerSuppliesURI + "/" + p.ID + "/Metrics"),
 		"Status":          boardStatus(p.State, p.Health),
 	}
 }
@@ -106,8 +107,8 @@ func powerSupplyBody(p bmc.PowerSupply) Obj {
 // powerSupplyMetrics shows p's readings, each linked to the sensor it
 // comes from (told apart as the board controller does: by reading type
 // and "Input"/"Output" in the sensor's name).
-func powerSupplyMetrics(p bmc.PowerSupply, sensors []bmc.Sensor) Obj {
-	o := Obj{
+func powerSupplyMetrics(p bmc.PowerSupply, sensors []bmc.Sensor) redfish.Obj {
+	o := redfish.Obj{
 		"@odata.id":   PowerSuppliesURI + "/" + p.ID + "/Metrics",
 		"@odata.type": "#PowerSupplyMetrics.v1_2_0.PowerSupplyMetrics",
 		"Id":          "Metrics",
@@ -123,7 +124,7 @@ func powerSupplyMetrics(p bmc.PowerSupply, sensors []bmc.Sensor) Obj {
 		if !ok {
 			continue
 		}
-		excerpt := Obj{"DataSourceUri": SensorsURI + "/" + id, "Reading": readingOrNull(se.Reading, se.Valid)}
+		excerpt := redfish.Obj{"DataSourceUri": SensorsURI + "/" + id, "Reading": readingOrNull(se.Reading, se.Valid)}
 		input := strings.Contains(strings.ToLower(se.Name), "input")
 		switch {
 		case se.ReadingType == bmc.Power && input:
@@ -133,7 +134,7 @@ func powerSupplyMetrics(p bmc.PowerSupply, sensors []bmc.Sensor) Obj {
 		case se.ReadingType == bmc.Voltage && input:
 			o["InputVoltage"] = excerpt
 		case se.ReadingType == bmc.Voltage:
-			o["RailVoltage"] = []Obj{excerpt}
+			o["RailVoltage"] = []redfish.Obj{excerpt}
 		}
 	}
 	return o

@@ -16,6 +16,7 @@ import (
 	"cxlpool/api"
 	"cxlpool/api/apitest"
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 )
 
 // TestProtocolHeaders: every answer carries OData-Version and JSON bodies
@@ -143,7 +144,7 @@ func TestBodies(t *testing.T) {
 func TestQueries(t *testing.T) {
 	env := apitest.NewServer(t)
 	for i := range 5 {
-		env.AddUser("extra"+string(rune('a'+i)), api.RoleReadOnly, "")
+		env.AddUser("extra"+string(rune('a'+i)), redfish.RoleReadOnly, "")
 	}
 	const col = "/redfish/v1/AccountService/Accounts"
 	all := env.Admin.GetOK(col)

@@ -6,6 +6,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 )
 
 // The box's own schema store: the CxlPool OEM extension's CSDL (which
@@ -23,29 +24,29 @@ const (
 func (s *Server) schemaStoreRoutes() {
 	// Public like $metadata, which points here: a client reads both to
 	// learn the service's types before it logs in.
-	s.Handle(http.MethodGet, csdlStoreURI+"/:file", Public, func(c echo.Context) error {
+	s.Handle(http.MethodGet, csdlStoreURI+"/:file", redfish.Public, func(c echo.Context) error {
 		if c.Param("file") != oemschema.CSDLFile {
-			return ErrResourceNotFound("Schema", c.Param("file"))
+			return redfish.ErrResourceNotFound("Schema", c.Param("file"))
 		}
 		return c.Blob(http.StatusOK, "application/xml; charset=utf-8", oemschema.CSDL())
 	})
-	s.Handle(http.MethodGet, jsonSchemasURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{
+	s.Handle(http.MethodGet, jsonSchemasURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{
 			ODataID: jsonSchemasURI, ODataType: "#JsonSchemaFileCollection.JsonSchemaFileCollection",
 			Name: "JSON Schema Files", Members: []string{oemSchemaURI},
 			Expand: func(string) (any, error) { return oemSchemaFile(), nil },
 		})
 	})
-	s.Handle(http.MethodGet, oemSchemaURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, oemSchemaURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, oemSchemaFile())
 	})
-	s.Handle(http.MethodGet, oemschema.JSONSchemaURI, PrivLogin, func(c echo.Context) error {
-		return s.writeJSON(c, http.StatusOK, oemschema.JSONSchema())
+	s.Handle(http.MethodGet, oemschema.JSONSchemaURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteJSON(c, http.StatusOK, oemschema.JSONSchema())
 	})
 }
 
-func oemSchemaFile() Obj {
-	return Obj{
+func oemSchemaFile() redfish.Obj {
+	return redfish.Obj{
 		"@odata.id":   oemSchemaURI,
 		"@odata.type": "#JsonSchemaFile.v1_1_5.JsonSchemaFile",
 		"Id":          oemSchemaFileID,
@@ -53,7 +54,7 @@ func oemSchemaFile() Obj {
 		"Description": "The JSON schema of the CxlPool OEM extension (Oem.CxlPool); its CSDL is " + oemschema.CSDLURI,
 		"Schema":      "#" + oemschema.Namespace,
 		"Languages":   []string{"en"},
-		"Location": []Obj{{
+		"Location": []redfish.Obj{{
 			"Language": "en",
 			"Uri":      oemschema.JSONSchemaURI,
 		}},

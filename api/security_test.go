@@ -11,6 +11,7 @@ import (
 
 	"cxlpool/api"
 	"cxlpool/api/apitest"
+	"cxlpool/api/redfish"
 )
 
 // wantStatus checks a response's status and, if msg is set, that its
@@ -277,7 +278,7 @@ func TestAuditLogRecordsEveryChange(t *testing.T) {
 // throttling itself).
 func TestLockout(t *testing.T) {
 	env := apitest.NewServer(t, apitest.Options{Config: func(c *api.Config) {
-		c.Lockout = api.Lockout{Threshold: 3, Duration: time.Minute}
+		c.Lockout = redfish.Lockout{Threshold: 3, Duration: time.Minute}
 	}})
 	login := func(pw string) *apitest.Response {
 		env.Clock.Advance(10 * time.Second) // past any Retry-After so far

@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 )
 
@@ -24,13 +25,13 @@ import (
 const mgmtSensorPrefix = "Mgmt_"
 
 func (s *Server) sensorRoutes(b Board) {
-	s.Handle(http.MethodGet, SensorsURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, SensorsURI, redfish.PrivLogin, func(c echo.Context) error {
 		ctx := c.Request().Context()
 		all, boardErr := allSensors(ctx, b)
 		if boardErr != nil && !errors.Is(boardErr, bmc.ErrUnavailable) {
-			return FromDomain(boardErr, Target{Type: "SensorCollection", URI: SensorsURI})
+			return FromDomain(boardErr, redfish.Target{Type: "SensorCollection", URI: SensorsURI})
 		}
-		byURI := map[string]Obj{}
+		byURI := map[string]redfish.Obj{}
 		members := make([]string, 0, len(all))
 		for _, o := range all {
 			u := o["@odata.id"].(string)
@@ -40,28 +41,28 @@ func (s *Server) sensorRoutes(b Board) {
 		if boardErr != nil {
 			s.log.Debug("sensors: the board's are left out", "err", boardErr)
 		}
-		return s.WriteCollection(c, Collection{ODataID: SensorsURI, ODataType: "#SensorCollection.SensorCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: SensorsURI, ODataType: "#SensorCollection.SensorCollection",
 			Name: "Sensors", Members: members,
 			Expand: func(uri string) (any, error) { return byURI[uri], nil }})
 	})
-	s.Handle(http.MethodGet, SensorsURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, SensorsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		ctx := c.Request().Context()
 		id := c.Param("id")
 		if hw, ok := strings.CutPrefix(id, mgmtSensorPrefix); ok {
 			list, err := b.ManagerSensors(ctx)
 			if err != nil {
-				return FromDomain(err, Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
+				return FromDomain(err, redfish.Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
 			}
 			for _, se := range list {
 				if se.ID == hw {
 					return s.WriteResource(c, http.StatusOK, sensorBody(se, id, managerURI))
 				}
 			}
-			return ErrResourceNotFound("Sensor", id)
+			return redfish.ErrResourceNotFound("Sensor", id)
 		}
 		se, err := b.Sensor(ctx, id)
 		if err != nil {
-			return FromDomain(err, Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
+			return FromDomain(err, redfish.Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
 		}
 		return s.WriteResource(c, http.StatusOK, sensorBody(se, id, boardRelated(ctx, b, id)))
 	})
@@ -69,8 +70,8 @@ func (s *Server) sensorRoutes(b Board) {
 
 // allSensors returns the bodies of the board's sensors (an error if it
 // cannot be read) and of the management computer's.
-func allSensors(ctx context.Context, b Board) ([]Obj, error) {
-	var out []Obj
+func allSensors(ctx context.Context, b Board) ([]redfish.Obj, error) {
+	var out []redfish.Obj
 	board, boardErr := b.Sensors(ctx)
 	if boardErr == nil {
 		fans, _ := b.Fans(ctx)
@@ -113,8 +114,8 @@ func boardRelated(ctx context.Context, b Board, id string) string {
 	return relatedItems(fans, psus)[id]
 }
 
-func sensorBody(se bmc.Sensor, id, related string) Obj {
-	o := Obj{
+func sensorBody(se bmc.Sensor, id, related string) redfish.Obj {
+	o := redfish.Obj{
 		"@odata.id":    SensorsURI + "/" + id,
 		"@odata.type":  "#Sensor.v1_12_0.Sensor",
 		"Id":           id,
@@ -131,19 +132,19 @@ func sensorBody(se bmc.Sensor, id, related string) Obj {
 		o["ReadingRangeMin"], o["ReadingRangeMax"] = se.ReadingRangeMin, se.ReadingRangeMax
 	}
 	if se.Valid && !se.Updated.IsZero() {
-		o["ReadingTime"] = se.Updated.UTC().Format(timeFormat)
+		o["ReadingTime"] = se.Updated.UTC().Format(redfish.TimeFormat)
 	}
 	if th := thresholdsBody(se.Thresholds); len(th) > 0 {
 		o["Thresholds"] = th
 	}
 	if related != "" {
-		o["RelatedItem"] = Links(related)
+		o["RelatedItem"] = redfish.Links(related)
 	}
 	return o
 }
 
-func thresholdsBody(t bmc.Thresholds) Obj {
-	o := Obj{}
+func thresholdsBody(t bmc.Thresholds) redfish.Obj {
+	o := redfish.Obj{}
 	for _, th := range []struct {
 		name string
 		v    *float64
@@ -154,7 +155,7 @@ func thresholdsBody(t bmc.Thresholds) Obj {
 		if th.v == nil {
 			continue
 		}
-		x := Obj{"Reading": *th.v}
+		x := redfish.Obj{"Reading": *th.v}
 		if t.Hysteresis > 0 {
 			x["HysteresisReading"] = t.Hysteresis
 		}

@@ -16,6 +16,7 @@ import (
 
 	"cxlpool/api"
 	"cxlpool/api/apitest"
+	"cxlpool/api/redfish"
 )
 
 func freeAddr(t *testing.T) string {
@@ -88,7 +89,7 @@ func TestInitialPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, api.InitialPasswordFile))
+	b, err := os.ReadFile(filepath.Join(dir, redfish.InitialPasswordFile))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,7 +97,7 @@ func TestInitialPassword(t *testing.T) {
 	if len(pw) != 20 || !strings.Contains(out.String(), pw) {
 		t.Errorf("password %q (len %d); printed %q", pw, len(pw), out.String())
 	}
-	if fi, _ := os.Stat(filepath.Join(dir, api.InitialPasswordFile)); fi.Mode().Perm() != 0o600 {
+	if fi, _ := os.Stat(filepath.Join(dir, redfish.InitialPasswordFile)); fi.Mode().Perm() != 0o600 {
 		t.Errorf("password file mode %v, want 0600", fi.Mode().Perm())
 	}
 	ts := httptest.NewServer(s.Handler())

@@ -1,48 +1,38 @@
-// Package api is cxlpool's management API: a DMTF Redfish service over the
-// capacity Manager, built on echo.
+// Package api is cxlpool's management API: the pool's Redfish resources,
+// served on the protocol core of package redfish (routes and privileges,
+// errors, decoding, queries, ETags, sessions and accounts, tasks, events,
+// transport limits).
 //
-// The framework (this file, router.go, respond.go, decode.go, errors.go,
-// registry.go, auth.go) gives every resource the same protocol habits:
-// authentication and a declared privilege per route, errors only from the
-// Base message registry, ETags and If-Match, $select/$top/$skip/$expand/$filter,
-// strict JSON decoding, audit logging of every change, tasks for long
-// operations and an event bus feeding SSE, push subscriptions and the event
-// log. Each resource lives in its own file and registers its routes with
-// Server.Handle from a function listed in Server.routes:
+// Server embeds the redfish.Service and adds the resources, each in its
+// own file, registering its routes with Handle from a function listed in
+// Server.routes:
 //
 //	func (s *Server) chunkRoutes() {
-//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", PrivLogin, s.getChunk)
+//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", redfish.PrivLogin, s.getChunk)
 //		s.Handle(http.MethodDelete, MemoryDomainURI+"/MemoryChunks/:id",
-//			PrivConfigureComponents|PrivHostCapacity, s.deleteChunk)
+//			redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
 //	}
 //
-// Handlers read the caller with PrincipalOf (CanSeeHost for host
-// isolation: 404 for other hosts' resources), decode bodies with Decode,
-// answer with WriteResource/WriteCreated/WriteCollection/NoContent, check
-// If-Match with IfMatch, return *Error values (or domain errors through
-// FromDomain) and Publish events; long operations StartTask and answer
-// Accepted.
+// The capacity domain's errors become Redfish errors in FromDomain
+// (domainerrors.go), the Manager's changes become events in poolevents.go,
+// and the pool's hosts become the protocol's hosts with hostRef (uris.go).
+// The TLS listener and its certificates (tls.go, certificates.go) are
+// here too, for now.
 package api
 
 import (
 	"context"
-	"crypto/rand"
-	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
-	"os"
-	"path/filepath"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
@@ -78,7 +68,7 @@ type Config struct {
 	// MaxBodyBytes bounds request bodies (1 MiB).
 	MaxBodyBytes int64
 	// Lockout is the initial account lockout policy.
-	Lockout Lockout
+	Lockout redfish.Lockout
 	// MaxSessionsPerAccount bounds one account's sessions (16); its
 	// next login ends its least recently used session.
 	MaxSessionsPerAccount int
@@ -145,19 +135,18 @@ type Config struct {
 	// reconcile (consistency.go); violations become an event. Nil: none.
 	StartCheck func(context.Context) (dcd.InvariantReport, error)
 	// Transport bounds the listener's timeouts and connections
-	// (limits.go).
-	Transport Transport
+	// (redfish/limits.go).
+	Transport redfish.Transport
 	// OnEvent, when set, sees every published event, numbered and timed
 	// (the fleet plane forwards them); it must not block.
-	OnEvent func(Event)
+	OnEvent func(redfish.Event)
 }
 
-// Lockout is the account lockout policy: Threshold consecutive failed
-// logins lock an account for Duration. A negative Threshold disables it.
-type Lockout struct {
-	Threshold int
-	Duration  time.Duration
-}
+// Lockout and Transport are the protocol's policies, set through Config.
+type (
+	Lockout   = redfish.Lockout
+	Transport = redfish.Transport
+)
 
 func (c *Config) defaults() {
 	if c.Logger == nil {
@@ -211,108 +200,53 @@ func (c *Config) defaults() {
 	if c.FirmwareVersion == "" {
 		c.FirmwareVersion = "dev"
 	}
-	c.Transport.defaults()
+	c.Transport.Defaults()
 }
 
-// InitialPasswordFile is where a generated admin password is written.
-const InitialPasswordFile = "initial-admin-password"
-
-// Server is the Redfish service. Create it with New, serve Handler (or
-// call Serve) and Close it when done.
+// Server is cxlpool's Redfish service: the protocol (Service) serving
+// the pool's resources. Create it with New, serve Handler (or call Serve)
+// and Close it when done.
 type Server struct {
-	cfg   Config
-	log   *slog.Logger
-	mgr   *dcd.Manager
-	reg   *Registries
-	store *store
-	echo  *echo.Echo
-	// handler is echo behind the transport's guards (limits.go).
-	handler http.Handler
-	conns   *connTracker          // the listeners' connection caps (limits.go)
-	paths   map[string]*pathEntry // by route pattern
-	// routeErrs collects registration mistakes for New to report.
-	routeErrs []error
+	*redfish.Service
+	cfg      Config
+	log      *slog.Logger
+	mgr      *dcd.Manager
+	capacity *capacity       // the pool resources' shared state (capacity.go)
+	owners   chunkOwnerTable // who reserved which chunk (chunkowners.go)
+	certs    certState       // the served TLS certificate (certificates.go)
+	bundles  bundleState     // support bundle collection (supportbundle.go)
+	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
 
-	auth     *authenticator
-	tasks    *taskEngine
-	bus      *bus
-	metrics  *metrics
-	capacity *capacity   // the pool resources' shared state (capacity.go)
-	certs    certState   // the served TLS certificate (certificates.go)
-	bundles  bundleState // support bundle collection (supportbundle.go)
-	updating atomic.Bool // a pushed image is being applied (updatepush.go)
-
-	uuid     string
-	credNote string
-
-	ctx       context.Context // ends at Close: background work, streams
-	cancel    context.CancelFunc
-	bg        sync.WaitGroup
-	stopOnce  sync.Once
-	closeOnce sync.Once
-	closeErr  error
-	streams   chan struct{} // closed when event streams must end
+	ctx context.Context // the Service's: ends at Close
+	bg  sync.WaitGroup  // the resources' background work
 }
 
 // New opens the accounts database (creating the admin account on first
 // start), builds the routes and starts the background feeders.
 func New(cfg Config) (*Server, error) {
 	cfg.defaults()
-	if cfg.DataDir == "" {
-		return nil, errors.New("api: a data directory is required")
-	}
-	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
-		return nil, fmt.Errorf("api: data directory: %w", err)
-	}
-	reg, err := LoadRegistries()
+	svc, err := redfish.New(redfish.Config{
+		DataDir: cfg.DataDir, Logger: cfg.Logger, Clock: cfg.Clock,
+		AdminPassword: cfg.AdminPassword, Out: cfg.Out, SessionTimeout: cfg.SessionTimeout,
+		MaxBodyBytes: cfg.MaxBodyBytes, Lockout: cfg.Lockout, MaxSessionsPerAccount: cfg.MaxSessionsPerAccount,
+		MaxStreamsPerAccount: cfg.MaxStreamsPerAccount, MaxStreams: cfg.MaxStreams, BcryptCost: cfg.BcryptCost,
+		LogLimit: cfg.LogLimit, TaskLimit: cfg.TaskLimit, PushRetryAttempts: cfg.PushRetryAttempts,
+		PushRetryInterval: cfg.PushRetryInterval, PushClient: cfg.PushClient, Transport: cfg.Transport,
+		MapError: FromDomain, OnEvent: cfg.OnEvent,
+	})
 	if err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	s := &Server{
-		cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, reg: reg,
-		paths: map[string]*pathEntry{}, ctx: ctx, cancel: cancel,
-		streams: make(chan struct{}),
+	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
+		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
+	for _, register := range s.routes() {
+		register()
 	}
-	ok := false
-	defer func() {
-		if !ok {
-			cancel()
-			if s.store != nil {
-				s.store.close()
-			}
-		}
-	}()
-	st, err := openStore(ctx, filepath.Join(cfg.DataDir, AccountsFile), cfg.Clock)
-	if err != nil {
-		return nil, fmt.Errorf("api: %w", err)
-	}
-	s.store = st
-	if err := s.initSettings(ctx); err != nil {
+	if err := svc.Start(); err != nil {
+		svc.Close()
 		return nil, err
-	}
-	if err := s.ensureAdmin(ctx); err != nil {
-		return nil, err
-	}
-	s.metrics = newMetrics()
-	s.auth = newAuthenticator(s)
-	s.bus = newBus(s)
-	s.tasks = newTaskEngine(s)
-	if err := s.buildRouter(); err != nil {
-		return nil, err
-	}
-	if err := s.metrics.registerServerGauges(s); err != nil {
-		return nil, err
-	}
-	s.handler = s.transport(s.echo)
-	s.conns = newConnTracker(cfg.Transport, s.log)
-	for _, c := range s.conns.collectors() {
-		if err := s.metrics.reg.Register(c); err != nil {
-			return nil, err
-		}
 	}
 	s.startFeeders()
-	ok = true
 	return s, nil
 }
 
@@ -322,13 +256,9 @@ func (s *Server) routes() []func() {
 	return []func(){
 		s.serviceRootRoutes,
 		s.registryRoutes,
-		s.sessionRoutes,
 		s.accountRoutes,
 		s.managerRoutes,
 		s.logRoutes,
-		s.taskRoutes,
-		s.eventRoutes,
-		s.metricsRoutes,
 		s.capacitySetup,
 		s.chassisRoutes,
 		s.pcieDeviceRoutes,
@@ -362,129 +292,12 @@ func (s *Server) routes() []func() {
 	}
 }
 
-// Handler is the service as an http.Handler, with the transport's
-// deadlines and HSTS but without the connection caps of ServeListener.
-func (s *Server) Handler() http.Handler { return s.handler }
-
-// Registries returns the message registries the service resolves with.
-func (s *Server) Registries() *Registries { return s.reg }
-
-// CredentialsNote says where the admin credentials come from, for the
-// daemon's start-up lines.
-func (s *Server) CredentialsNote() string { return s.credNote }
-
 // Close stops background work and event streams and closes the accounts
 // database. In-flight tasks are cancelled.
 func (s *Server) Close() error {
-	s.closeOnce.Do(func() {
-		s.stopStreams()
-		s.cancel()
-		s.bg.Wait()
-		s.closeErr = s.store.close()
-	})
-	return s.closeErr
+	s.Service.Stop()
+	s.bg.Wait()
+	return s.Service.Close()
 }
-
-func (s *Server) stopStreams() { s.stopOnce.Do(func() { close(s.streams) }) }
 
 func (s *Server) now() time.Time { return s.cfg.Clock().UTC() }
-
-// Settings keys in the accounts database.
-const (
-	settingUUID             = "service_uuid"
-	settingSessionTimeout   = "session_timeout_seconds"
-	settingLockoutThreshold = "lockout_threshold"
-	settingLockoutDuration  = "lockout_duration_seconds"
-	// The password length policy (password.go).
-	settingMinPasswordLength = "min_password_length"
-	settingMaxPasswordLength = "max_password_length"
-)
-
-// initSettings gives the service a stable UUID and seeds the PATCHable
-// policies from Config on first start.
-func (s *Server) initSettings(ctx context.Context) error {
-	u, err := s.store.Setting(ctx, settingUUID, "")
-	if err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
-	seed := map[string]string{}
-	if u == "" {
-		u = newUUID()
-		seed[settingUUID] = u
-		seed[settingSessionTimeout] = strconv.Itoa(int(s.cfg.SessionTimeout / time.Second))
-		seed[settingLockoutThreshold] = strconv.Itoa(max(s.cfg.Lockout.Threshold, 0))
-		seed[settingLockoutDuration] = strconv.Itoa(int(s.cfg.Lockout.Duration / time.Second))
-		if err := s.store.SetSettings(ctx, seed); err != nil {
-			return fmt.Errorf("api: %w", err)
-		}
-	}
-	s.uuid = u
-	return nil
-}
-
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
-}
-
-// ensureAdmin creates the "admin" Administrator on first start.
-func (s *Server) ensureAdmin(ctx context.Context) error {
-	if len(s.store.Accounts()) > 0 {
-		s.credNote = "accounts from " + filepath.Join(s.cfg.DataDir, AccountsFile)
-		if s.cfg.AdminPassword != "" {
-			s.log.Info("admin password from the environment ignored: accounts already exist")
-		}
-		return nil
-	}
-	pw := s.cfg.AdminPassword
-	generated := pw == ""
-	if generated {
-		pw = randomPassword(20)
-	} else if err := defaultPasswordPolicy().check("admin", pw); err != nil {
-		return fmt.Errorf("api: admin password (CXLPOOL_ADMIN_PASSWORD): %w", err)
-	}
-	hash, err := bcrypt.GenerateFromPassword([]byte(pw), s.cfg.BcryptCost)
-	if err != nil {
-		return fmt.Errorf("api: hash admin password: %w", err)
-	}
-	if generated {
-		path := filepath.Join(s.cfg.DataDir, InitialPasswordFile)
-		if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
-			return fmt.Errorf("api: write initial password: %w", err)
-		}
-		if s.cfg.Out != nil {
-			fmt.Fprintf(s.cfg.Out, "initial Redfish account: user admin, password %s (also in %s; shown once)\n", pw, path)
-		}
-		s.credNote = "user admin, generated password in " + path
-	} else {
-		s.credNote = "user admin, password from the environment"
-	}
-	if _, err := s.store.CreateAccount(ctx, Account{UserName: "admin", PasswordHash: string(hash),
-		Role: RoleAdministrator, Enabled: true}); err != nil {
-		return fmt.Errorf("api: %w", err)
-	}
-	return nil
-}
-
-// randomPassword returns n characters from an alphabet without look-alikes.
-func randomPassword(n int) string {
-	return randomString("abcdefghijkmnopqrstuvwxyzABCDEFGHJKLMNPQRSTUVWXYZ23456789", n)
-}
-
-// randomString draws n characters uniformly from alphabet with crypto/rand.
-func randomString(alphabet string, n int) string {
-	b := make([]byte, n)
-	var r [1]byte
-	for i := 0; i < n; {
-		_, _ = rand.Read(r[:])
-		if int(r[0]) >= 256-256%len(alphabet) { // reject to avoid modulo bias
-			continue
-		}
-		b[i] = alphabet[int(r[0])%len(alphabet)]
-		i++
-	}
-	return string(b)
-}

@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 )
 
 const (
@@ -16,8 +17,6 @@ const (
 
 	// redfishVersion is the DSP0266 version the service follows.
 	redfishVersion = "1.22.0"
-	// timeFormat is Redfish's Edm.DateTimeOffset.
-	timeFormat = "2006-01-02T15:04:05Z07:00"
 )
 
 // odataTypes lists every @odata.type the service emits; $metadata
@@ -116,35 +115,35 @@ var topLevel = []struct{ prop, uri string }{
 	{"AccountService", "/redfish/v1/AccountService"},
 	{"CertificateService", certificateServiceURI},
 	{"Chassis", "/redfish/v1/Chassis"},
-	{"EventService", eventServiceURI},
+	{"EventService", redfish.EventServiceURI},
 	{"Fabrics", "/redfish/v1/Fabrics"},
 	{"JsonSchemas", jsonSchemasURI},
 	{"Managers", managersURI},
 	{"Registries", registriesURI},
-	{"SessionService", sessionServiceURI},
+	{"SessionService", redfish.SessionServiceURI},
 	{"Systems", SystemsURI},
-	{"Tasks", taskServiceURI},
+	{"Tasks", redfish.TaskServiceURI},
 	{"TelemetryService", "/redfish/v1/TelemetryService"},
 	{"UpdateService", "/redfish/v1/UpdateService"},
 }
 
 func (s *Server) serviceRootRoutes() {
-	s.Handle(http.MethodGet, "/redfish", Public, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, Obj{"v1": "/redfish/v1/"})
+	s.Handle(http.MethodGet, "/redfish", redfish.Public, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, redfish.Obj{"v1": "/redfish/v1/"})
 	})
-	s.Handle(http.MethodGet, serviceRootURI, Public, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, s.serviceRoot(PrincipalOf(c)))
+	s.Handle(http.MethodGet, serviceRootURI, redfish.Public, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, s.serviceRoot(redfish.PrincipalOf(c)))
 	})
-	s.Handle(http.MethodGet, serviceRootURI+"/odata", Public, func(c echo.Context) error {
-		value := []Obj{{"name": "Service", "kind": "Singleton", "url": "/redfish/v1/"}}
+	s.Handle(http.MethodGet, serviceRootURI+"/odata", redfish.Public, func(c echo.Context) error {
+		value := []redfish.Obj{{"name": "Service", "kind": "Singleton", "url": "/redfish/v1/"}}
 		for _, t := range topLevel {
 			if s.HasRoute(t.uri) {
-				value = append(value, Obj{"name": t.prop, "kind": "Singleton", "url": t.uri})
+				value = append(value, redfish.Obj{"name": t.prop, "kind": "Singleton", "url": t.uri})
 			}
 		}
-		return s.WriteResource(c, http.StatusOK, Obj{"@odata.context": "/redfish/v1/$metadata", "value": value})
+		return s.WriteResource(c, http.StatusOK, redfish.Obj{"@odata.context": "/redfish/v1/$metadata", "value": value})
 	})
-	s.Handle(http.MethodGet, serviceRootURI+"/$metadata", Public, func(c echo.Context) error {
+	s.Handle(http.MethodGet, serviceRootURI+"/$metadata", redfish.Public, func(c echo.Context) error {
 		return c.Blob(http.StatusOK, "application/xml; charset=utf-8", []byte(metadataXML()))
 	})
 	s.schemaStoreRoutes()
@@ -154,41 +153,41 @@ func (s *Server) serviceRootRoutes() {
 // credentials gets links only to what it may read (a HostUser no
 // CertificateService it would get 403 from); an anonymous one, every
 // service this build has, to learn where to log in and what is there.
-func (s *Server) serviceRoot(p *Principal) Obj {
+func (s *Server) serviceRoot(p *redfish.Principal) redfish.Obj {
 	readable := func(uri string) bool {
 		if p == nil {
 			return s.HasRoute(uri)
 		}
 		return s.CanRead(p, uri)
 	}
-	links := Obj{"Sessions": Link(sessionsURI)}
+	links := redfish.Obj{"Sessions": redfish.Link(redfish.SessionsURI)}
 	if readable(managerURI) {
-		links["ManagerProvidingService"] = Link(managerURI)
+		links["ManagerProvidingService"] = redfish.Link(managerURI)
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":      serviceRootURI,
 		"@odata.type":    "#ServiceRoot.v1_20_0.ServiceRoot",
 		"Id":             "RootService",
 		"Name":           "Root Service",
 		"RedfishVersion": redfishVersion,
-		"UUID":           s.uuid,
+		"UUID":           s.UUID(),
 		"Vendor":         "cxlpool",
 		"Product":        "cxlpool CXL memory pool",
-		"ProtocolFeaturesSupported": Obj{
-			"ExpandQuery":          Obj{"ExpandAll": true, "Levels": true, "Links": true, "NoLinks": true, "MaxLevels": 1},
+		"ProtocolFeaturesSupported": redfish.Obj{
+			"ExpandQuery":          redfish.Obj{"ExpandAll": true, "Levels": true, "Links": true, "NoLinks": true, "MaxLevels": 1},
 			"SelectQuery":          true,
 			"TopSkipQuery":         true,
 			"FilterQuery":          true,
 			"OnlyMemberQuery":      false,
 			"ExcerptQuery":         false,
 			"MultipleHTTPRequests": true,
-			"DeepOperations":       Obj{"DeepPATCH": false, "DeepPOST": false},
+			"DeepOperations":       redfish.Obj{"DeepPATCH": false, "DeepPOST": false},
 		},
 		"Links": links,
 	}
 	for _, t := range topLevel {
 		if readable(t.uri) {
-			o[t.prop] = Link(t.uri)
+			o[t.prop] = redfish.Link(t.uri)
 		}
 	}
 	return o
@@ -248,51 +247,51 @@ func metadataXML() string {
 // MessageIds. ---
 
 func (s *Server) registryRoutes() {
-	s.Handle(http.MethodGet, registriesURI, PrivLogin, func(c echo.Context) error {
-		ids := s.reg.IDs()
+	s.Handle(http.MethodGet, registriesURI, redfish.PrivLogin, func(c echo.Context) error {
+		ids := s.Registries().IDs()
 		slices.Sort(ids)
 		uris := make([]string, len(ids))
 		for i, id := range ids {
 			uris[i] = registriesURI + "/" + id
 		}
-		return s.WriteCollection(c, Collection{
+		return s.WriteCollection(c, redfish.Collection{
 			ODataID: registriesURI, ODataType: "#MessageRegistryFileCollection.MessageRegistryFileCollection",
 			Name: "Message Registries", Members: uris,
 			Expand: func(uri string) (any, error) { return registryFile(uri[len(registriesURI)+1:]), nil },
 		})
 	})
-	s.Handle(http.MethodGet, registriesURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, registriesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		id := c.Param("id")
-		if _, ok := s.reg.File(id); !ok {
-			return ErrResourceNotFound("MessageRegistryFile", id)
+		if _, ok := s.Registries().File(id); !ok {
+			return redfish.ErrResourceNotFound("MessageRegistryFile", id)
 		}
 		return s.WriteResource(c, http.StatusOK, registryFile(id))
 	})
-	s.Handle(http.MethodGet, registriesURI+"/:id/:file", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, registriesURI+"/:id/:file", redfish.PrivLogin, func(c echo.Context) error {
 		id := c.Param("id")
-		b, ok := s.reg.File(id)
+		b, ok := s.Registries().File(id)
 		if !ok || c.Param("file") != id+".json" {
-			return ErrResourceNotFound("MessageRegistry", id)
+			return redfish.ErrResourceNotFound("MessageRegistry", id)
 		}
-		return s.writeJSON(c, http.StatusOK, b)
+		return s.WriteJSON(c, http.StatusOK, b)
 	})
 }
 
-func registryFile(id string) Obj {
+func registryFile(id string) redfish.Obj {
 	prefix, rest, _ := strings.Cut(id, ".")
 	v := strings.Split(rest, ".")
 	registry := id
 	if len(v) >= 2 {
 		registry = prefix + "." + v[0] + "." + v[1]
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":   registriesURI + "/" + id,
 		"@odata.type": "#MessageRegistryFile.v1_1_5.MessageRegistryFile",
 		"Id":          id,
 		"Name":        prefix + " Message Registry File",
 		"Registry":    registry,
 		"Languages":   []string{"en"},
-		"Location": []Obj{{
+		"Location": []redfish.Obj{{
 			"Language":       "en",
 			"Uri":            registriesURI + "/" + id + "/" + id + ".json",
 			"PublicationUri": "https://redfish.dmtf.org/registries/" + id + ".json",

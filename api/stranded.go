@@ -10,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/rdma"
 )
@@ -146,7 +147,7 @@ func (c *capacity) announceLost(g dcd.Grant) {
 	if reason == "" {
 		reason = "the device no longer holds this capacity"
 	}
-	c.s.Publish(Event{MessageKey: MsgStatusCritical, Args: []string{uri, "Critical"}, Origin: uri, Host: &host,
+	c.s.Publish(redfish.Event{MessageKey: MsgStatusCritical, Args: []string{uri, "Critical"}, Origin: uri, Host: hostRef(host),
 		Resolution: fmt.Sprintf("%s's grant of memory chunk %d (Connection %d) was lost: %s. The host's data in it is gone. "+
 			"While no host holds the chunk it stays reserved and strands its capacity: free it (DELETE %s, or the "+
 			"#CxlPool.FreeStrandedChunks action of %s for every stranded chunk; poolctl free --stranded), or connect it "+
@@ -190,8 +191,8 @@ func (s *Server) announceStartLosses() {
 
 // unrestoredEvent is the Warning event of an export a restart did not
 // bring back.
-func unrestoredEvent(u rdma.Unrestored) Event {
-	return Event{MessageKey: MsgErrorsDetected, Args: []string{ExportURI(u.ID), "not restored after the restart: " + u.Reason},
+func unrestoredEvent(u rdma.Unrestored) redfish.Event {
+	return redfish.Event{MessageKey: MsgErrorsDetected, Args: []string{ExportURI(u.ID), "not restored after the restart: " + u.Reason},
 		Origin: ChunkURI(u.Chunk),
 		Resolution: fmt.Sprintf("Export %s of memory chunk %d to client %s is gone and its token no longer works. "+
 			"If the client still needs the memory, export the chunk again (POST %s; poolctl export create %d --client %s) "+
@@ -211,14 +212,14 @@ func (v *poolView) strandedBytes() uint64 {
 
 // lostGrantsBody describes a stranded chunk's lost grants for
 // Oem.CxlPool.LostGrants.
-func lostGrantsBody(gs []dcd.Grant, p *Principal) []Obj {
-	out := make([]Obj, 0, len(gs))
+func lostGrantsBody(gs []dcd.Grant, p *redfish.Principal) []redfish.Obj {
+	out := make([]redfish.Obj, 0, len(gs))
 	for _, g := range gs {
-		if !p.CanSeeHost(g.Host) {
+		if !p.CanSeeHost(redfish.HostID(g.Host)) {
 			continue
 		}
-		out = append(out, Obj{"Connection": strconv.FormatInt(int64(g.ID), 10), "SystemId": SystemID(g.Host),
-			"Reason": g.Reason, "Lost": g.Updated.UTC().Format(timeFormat)})
+		out = append(out, redfish.Obj{"Connection": strconv.FormatInt(int64(g.ID), 10), "SystemId": SystemID(g.Host),
+			"Reason": g.Reason, "Lost": g.Updated.UTC().Format(redfish.TimeFormat)})
 	}
 	return out
 }
@@ -227,7 +228,7 @@ func (s *Server) strandedRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodPost, FreeStrandedURI, PrivConfigureComponents, s.freeStranded)
+	s.Handle(http.MethodPost, FreeStrandedURI, redfish.PrivConfigureComponents, s.freeStranded)
 }
 
 // freeStranded frees every chunk that is stranded when it runs, each as a
@@ -260,9 +261,9 @@ func (s *Server) freeStranded(c echo.Context) error {
 		err := s.mgr.DeleteChunk(ctx, id)
 		s.capacity.invalidate()
 		if err != nil {
-			e := FromDomain(err, Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(id), 10), URI: ChunkURI(id)})
+			e := FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(id), 10), URI: ChunkURI(id)})
 			if len(freed) > 0 {
-				e.Messages = append(e.Messages, Msg{Key: "Base.GeneralError", Resolution: fmt.Sprintf(
+				e.Messages = append(e.Messages, redfish.Msg{Key: "Base.GeneralError", Resolution: fmt.Sprintf(
 					"Before chunk %d refused, these stranded chunks were freed: %v.", id, freed)})
 			}
 			return e
@@ -273,14 +274,14 @@ func (s *Server) freeStranded(c echo.Context) error {
 		freed = append(freed, ChunkURI(id))
 		freedBytes += ch.Size
 	}
-	s.log.Info("stranded chunks freed", "chunks", len(freed), "mib", mib(freedBytes), "user", PrincipalOf(c).User)
-	links := make([]Obj, 0, len(freed))
+	s.log.Info("stranded chunks freed", "chunks", len(freed), "mib", mib(freedBytes), "user", redfish.PrincipalOf(c).User)
+	links := make([]redfish.Obj, 0, len(freed))
 	for _, u := range freed {
-		links = append(links, Link(u))
+		links = append(links, redfish.Link(u))
 	}
-	return s.WriteResource(c, http.StatusOK, Obj{
-		"@Message.ExtendedInfo": []Message{s.reg.Resolve(Msg{Key: "Base.Success",
+	return s.WriteResource(c, http.StatusOK, redfish.Obj{
+		"@Message.ExtendedInfo": []redfish.Message{s.Registries().Resolve(redfish.Msg{Key: "Base.Success",
 			Resolution: fmt.Sprintf("Freed %d stranded chunks (%d MiB).", len(freed), mib(freedBytes))})},
-		"Oem": oemschema.Oem("FreedStrandedChunks", Obj{"FreedChunks": links, "FreedMiB": mib(freedBytes)}),
+		"Oem": oemschema.Oem("FreedStrandedChunks", redfish.Obj{"FreedChunks": links, "FreedMiB": mib(freedBytes)}),
 	})
 }

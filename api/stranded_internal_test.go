@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/rdma"
 )
@@ -40,12 +41,12 @@ func TestLostSinceRelease(t *testing.T) {
 // TestUnrestoredEvent: an export a restart did not bring back is a
 // Warning that names it, says why and what to do.
 func TestUnrestoredEvent(t *testing.T) {
-	reg, err := LoadRegistries()
+	reg, err := redfish.LoadRegistries()
 	if err != nil {
 		t.Fatal(err)
 	}
 	ev := unrestoredEvent(rdma.Unrestored{ID: "0123456789abcdef", Chunk: 5, Client: "rack7", Reason: "expired"})
-	m := reg.Resolve(Msg{Key: ev.MessageKey, Args: ev.Args})
+	m := reg.Resolve(redfish.Msg{Key: ev.MessageKey, Args: ev.Args})
 	if m.MessageSeverity != "Warning" || !strings.Contains(m.Message, ExportURI("0123456789abcdef")) ||
 		!strings.Contains(m.Message, "not restored after the restart: expired") {
 		t.Errorf("got %s %q, want a Warning naming the export and why", m.MessageSeverity, m.Message)

@@ -29,6 +29,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/common/expfmt"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 )
@@ -116,9 +117,9 @@ func (s *Server) findBundle(id int64) (bundleInfo, bool) {
 	return bs[i], true
 }
 
-func (s *Server) diagnosticService() Obj {
+func (s *Server) diagnosticService() redfish.Obj {
 	uri := logServiceURI(logDiagnostic)
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":             uri,
 		"@odata.type":           "#LogService.v1_9_0.LogService",
 		"Id":                    logDiagnostic,
@@ -129,27 +130,27 @@ func (s *Server) diagnosticService() Obj {
 		"OverWritePolicy":       "WrapsWhenFull",
 		"LogEntryType":          "OEM",
 		"LogPurposes":           []string{"Diagnostic"},
-		"Entries":               Link(uri + "/Entries"),
-		"Status":                Obj{"State": "Enabled", "Health": "OK"},
-		"DiagnosticDataDetails": []Obj{{"DiagnosticDataType": "Manager"}},
-		"Actions": Obj{
-			"#" + collectDiagnosticAction: Obj{
+		"Entries":               redfish.Link(uri + "/Entries"),
+		"Status":                redfish.Obj{"State": "Enabled", "Health": "OK"},
+		"DiagnosticDataDetails": []redfish.Obj{{"DiagnosticDataType": "Manager"}},
+		"Actions": redfish.Obj{
+			"#" + collectDiagnosticAction: redfish.Obj{
 				"target": uri + "/Actions/" + collectDiagnosticAction,
 				"DiagnosticDataType@Redfish.AllowableValues": []string{"Manager"},
 			},
-			"#LogService.ClearLog": Obj{"target": uri + "/Actions/LogService.ClearLog"},
+			"#LogService.ClearLog": redfish.Obj{"target": uri + "/Actions/LogService.ClearLog"},
 		},
 	}
 }
 
-func (s *Server) diagnosticEntry(b bundleInfo) Obj {
+func (s *Server) diagnosticEntry(b bundleInfo) redfish.Obj {
 	uri := logEntryURI(logDiagnostic, b.ID)
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":               uri,
 		"@odata.type":             "#LogEntry.v1_21_0.LogEntry",
 		"Id":                      strconv.FormatInt(b.ID, 10),
 		"Name":                    "Support bundle " + strconv.FormatInt(b.ID, 10),
-		"Created":                 b.Created.Format(timeFormat),
+		"Created":                 b.Created.Format(redfish.TimeFormat),
 		"EntryType":               "Oem",
 		"OemRecordFormat":         "CxlPoolSupportBundle",
 		"Severity":                "OK",
@@ -175,13 +176,13 @@ type collectRequest struct {
 
 func (s *Server) supportBundleRoutes() {
 	uri := logServiceURI(logDiagnostic)
-	s.Handle(http.MethodGet, uri, PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, uri, redfish.PrivApplianceView, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.diagnosticService())
 	})
-	s.Handle(http.MethodGet, uri+"/Entries", PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, uri+"/Entries", redfish.PrivApplianceView, func(c echo.Context) error {
 		bs, err := s.listBundles()
 		if err != nil {
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
 		byURI := map[string]bundleInfo{}
 		uris := make([]string, len(bs))
@@ -189,14 +190,14 @@ func (s *Server) supportBundleRoutes() {
 			uris[i] = logEntryURI(logDiagnostic, b.ID)
 			byURI[uris[i]] = b
 		}
-		return s.WriteCollection(c, Collection{
+		return s.WriteCollection(c, redfish.Collection{
 			ODataID: uri + "/Entries", ODataType: "#LogEntryCollection.LogEntryCollection",
 			Name: "Diagnostic Entries", Members: uris,
 			Expand:     func(u string) (any, error) { return s.diagnosticEntry(byURI[u]), nil },
 			AutoExpand: true,
 		})
 	})
-	s.Handle(http.MethodGet, uri+"/Entries/:id", PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, uri+"/Entries/:id", redfish.PrivApplianceView, func(c echo.Context) error {
 		b, err := s.lookupBundle(c)
 		if err != nil {
 			return err
@@ -204,17 +205,17 @@ func (s *Server) supportBundleRoutes() {
 		return s.WriteResource(c, http.StatusOK, s.diagnosticEntry(b))
 	})
 	// The bundle itself: only administrators, who may collect it.
-	s.Handle(http.MethodGet, uri+"/Entries/:id/attachment", PrivConfigureManager, func(c echo.Context) error {
+	s.Handle(http.MethodGet, uri+"/Entries/:id/attachment", redfish.PrivConfigureManager, func(c echo.Context) error {
 		b, err := s.lookupBundle(c)
 		if err != nil {
 			return err
 		}
 		f, err := os.Open(s.bundlePath(b.ID))
 		if errors.Is(err, fs.ErrNotExist) {
-			return ErrResourceNotFound("LogEntry", c.Param("id"))
+			return redfish.ErrResourceNotFound("LogEntry", c.Param("id"))
 		}
 		if err != nil {
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
 		defer f.Close()
 		name := fmt.Sprintf("cxlpool-support-%s-%d-%s.tar.gz", s.bundleBoxName(), b.ID, b.Created.Format("20060102T150405Z"))
@@ -224,8 +225,8 @@ func (s *Server) supportBundleRoutes() {
 		http.ServeContent(c.Response(), c.Request(), name, b.Created, f)
 		return nil
 	})
-	s.Handle(http.MethodPost, uri+"/Actions/"+collectDiagnosticAction, PrivConfigureManager, s.collectDiagnosticData)
-	s.Handle(http.MethodPost, uri+"/Actions/LogService.ClearLog", PrivConfigureManager, func(c echo.Context) error {
+	s.Handle(http.MethodPost, uri+"/Actions/"+collectDiagnosticAction, redfish.PrivConfigureManager, s.collectDiagnosticData)
+	s.Handle(http.MethodPost, uri+"/Actions/LogService.ClearLog", redfish.PrivConfigureManager, func(c echo.Context) error {
 		var body struct{}
 		if c.Request().ContentLength != 0 {
 			if err := s.Decode(c, &body); err != nil {
@@ -235,15 +236,15 @@ func (s *Server) supportBundleRoutes() {
 		s.bundles.mu.Lock()
 		defer s.bundles.mu.Unlock()
 		if s.bundles.running {
-			return ErrResourceInUse()
+			return redfish.ErrResourceInUse()
 		}
 		bs, err := s.listBundles()
 		if err != nil {
-			return ErrInternal(err)
+			return redfish.ErrInternal(err)
 		}
 		for _, b := range bs {
 			if err := os.Remove(s.bundlePath(b.ID)); err != nil && !errors.Is(err, fs.ErrNotExist) {
-				return ErrInternal(err)
+				return redfish.ErrInternal(err)
 			}
 		}
 		return s.NoContent(c)
@@ -253,11 +254,11 @@ func (s *Server) supportBundleRoutes() {
 func (s *Server) lookupBundle(c echo.Context) (bundleInfo, error) {
 	id, err := strconv.ParseInt(c.Param("id"), 10, 64)
 	if err != nil {
-		return bundleInfo{}, ErrResourceNotFound("LogEntry", c.Param("id"))
+		return bundleInfo{}, redfish.ErrResourceNotFound("LogEntry", c.Param("id"))
 	}
 	b, ok := s.findBundle(id)
 	if !ok {
-		return bundleInfo{}, ErrResourceNotFound("LogEntry", c.Param("id"))
+		return bundleInfo{}, redfish.ErrResourceNotFound("LogEntry", c.Param("id"))
 	}
 	return b, nil
 }
@@ -268,7 +269,7 @@ func (s *Server) bundleBoxName() string {
 	if s.mgr != nil {
 		return serialString(s.mgr.Box().Identity.Serial)
 	}
-	return s.uuid
+	return s.UUID()
 }
 
 func (s *Server) collectDiagnosticData(c echo.Context) error {
@@ -301,17 +302,17 @@ func (s *Server) collectDiagnosticData(c echo.Context) error {
 	s.bundles.mu.Lock()
 	if s.bundles.running {
 		s.bundles.mu.Unlock()
-		return ErrResourceInUse()
+		return redfish.ErrResourceInUse()
 	}
 	s.bundles.running = true
 	s.bundles.mu.Unlock()
 	user := ""
-	if p := PrincipalOf(c); p != nil {
+	if p := redfish.PrincipalOf(c); p != nil {
 		user = p.User
 	}
-	target := Target{Type: "LogService", ID: logDiagnostic, URI: logServiceURI(logDiagnostic)}
-	t := s.StartTask(c, TaskOptions{Name: "Collect support bundle", Target: target},
-		func(ctx context.Context, t *Task) (TaskResult, error) {
+	target := redfish.Target{Type: "LogService", ID: logDiagnostic, URI: logServiceURI(logDiagnostic)}
+	t := s.StartTask(c, redfish.TaskOptions{Name: "Collect support bundle", Target: target},
+		func(ctx context.Context, t *redfish.Task) (redfish.TaskResult, error) {
 			defer func() {
 				s.bundles.mu.Lock()
 				s.bundles.running = false
@@ -319,11 +320,11 @@ func (s *Server) collectDiagnosticData(c echo.Context) error {
 			}()
 			b, err := s.collectBundle(ctx, t, user)
 			if err != nil {
-				return TaskResult{}, ErrInternal(fmt.Errorf("api: support bundle: %w", err))
+				return redfish.TaskResult{}, redfish.ErrInternal(fmt.Errorf("api: support bundle: %w", err))
 			}
 			s.log.Info("support bundle collected", "id", b.ID, "bytes", b.Size, "user", user)
-			return TaskResult{Status: http.StatusCreated, Location: logEntryURI(logDiagnostic, b.ID),
-				Body: s.diagnosticEntry(b), Messages: []Msg{M("Base.Created")}}, nil
+			return redfish.TaskResult{Status: http.StatusCreated, Location: logEntryURI(logDiagnostic, b.ID),
+				Body: s.diagnosticEntry(b), Messages: []redfish.Msg{redfish.M("Base.Created")}}, nil
 		})
 	return s.Accepted(c, t)
 }
@@ -357,7 +358,7 @@ type bundleMember struct {
 
 // collectBundle writes a new bundle (temporary file, synced, renamed) and
 // drops the oldest beyond bundleKeep.
-func (s *Server) collectBundle(ctx context.Context, t *Task, user string) (bundleInfo, error) {
+func (s *Server) collectBundle(ctx context.Context, t *redfish.Task, user string) (bundleInfo, error) {
 	dir := filepath.Join(s.cfg.DataDir, bundleDir)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return bundleInfo{}, err
@@ -416,9 +417,9 @@ func (s *Server) collectBundle(ctx context.Context, t *Task, user string) (bundl
 			}
 			t.SetPercent(90 * (i + 1) / (len(producers) + 1))
 		}
-		mb, err := json.MarshalIndent(Obj{
-			"Format": bundleFormat, "Id": id, "Created": now.Format(timeFormat), "CollectedBy": user,
-			"FirmwareVersion": s.cfg.FirmwareVersion, "ServiceUUID": s.uuid, "Box": s.bundleBoxName(),
+		mb, err := json.MarshalIndent(redfish.Obj{
+			"Format": bundleFormat, "Id": id, "Created": now.Format(redfish.TimeFormat), "CollectedBy": user,
+			"FirmwareVersion": s.cfg.FirmwareVersion, "ServiceUUID": s.UUID(), "Box": s.bundleBoxName(),
 			"Files": manifest,
 			"NeverIncluded": []string{"password hashes", "session tokens", "TLS and CSR private keys",
 				"export tokens", "image signing keys", "event subscription destinations"},
@@ -488,23 +489,23 @@ func (s *Server) bundleProducers(ctx context.Context, user string, now time.Time
 			}
 			return jsonMember(w, v)
 		}},
-		{"eventlog.json", func(w io.Writer) error { return s.bundleLog(ctx, w, logEvent) }},
-		{"auditlog.json", func(w io.Writer) error { return s.bundleLog(ctx, w, logAudit) }},
+		{"eventlog.json", func(w io.Writer) error { return s.bundleLog(ctx, w, redfish.LogEvent) }},
+		{"auditlog.json", func(w io.Writer) error { return s.bundleLog(ctx, w, redfish.LogAudit) }},
 		{"tasks.json", func(w io.Writer) error { return jsonMember(w, s.bundleTasks()) }},
 		{"metrics.txt", s.bundleMetrics},
 		{"goroutines.txt", func(w io.Writer) error { return pprof.Lookup("goroutine").WriteTo(w, 2) }},
 	}
 }
 
-func (s *Server) bundleVersion(now time.Time, user string) Obj {
-	o := Obj{
+func (s *Server) bundleVersion(now time.Time, user string) redfish.Obj {
+	o := redfish.Obj{
 		"FirmwareVersion": s.cfg.FirmwareVersion,
 		"GoVersion":       runtime.Version(),
 		"OS":              runtime.GOOS,
 		"Arch":            runtime.GOARCH,
 		"CPUs":            runtime.NumCPU(),
 		"Goroutines":      runtime.NumGoroutine(),
-		"Collected":       now.Format(timeFormat),
+		"Collected":       now.Format(redfish.TimeFormat),
 		"CollectedBy":     user,
 		"RedfishVersion":  redfishVersion,
 	}
@@ -517,7 +518,7 @@ func (s *Server) bundleVersion(now time.Time, user string) Obj {
 		for _, d := range bi.Deps {
 			deps = append(deps, d.Path+" "+d.Version)
 		}
-		o["Build"] = Obj{"Main": bi.Main.Path + " " + bi.Main.Version, "Settings": settings, "Modules": deps}
+		o["Build"] = redfish.Obj{"Main": bi.Main.Path + " " + bi.Main.Version, "Settings": settings, "Modules": deps}
 	}
 	return o
 }
@@ -526,25 +527,25 @@ func (s *Server) bundleVersion(now time.Time, user string) Obj {
 // which features this build serves, the accounts without their password
 // hashes, the public certificate's summary and the data directory's file
 // names (never their contents).
-func (s *Server) bundleConfig(ctx context.Context) (Obj, error) {
-	settings := Obj{}
-	for _, k := range []string{settingSessionTimeout, settingLockoutThreshold, settingLockoutDuration} {
-		v, err := s.store.Setting(ctx, k, "")
+func (s *Server) bundleConfig(ctx context.Context) (redfish.Obj, error) {
+	settings := redfish.Obj{}
+	for _, k := range []string{redfish.SettingSessionTimeout, redfish.SettingLockoutThreshold, redfish.SettingLockoutDuration} {
+		v, err := s.Store().Setting(ctx, k, "")
 		if err != nil {
 			return nil, err
 		}
 		settings[k] = v
 	}
-	accounts := []Obj{}
-	for _, a := range s.store.Accounts() {
-		o := Obj{"Id": a.ID, "UserName": a.UserName, "Role": a.Role, "Enabled": a.Enabled,
+	accounts := []redfish.Obj{}
+	for _, a := range s.Store().Accounts() {
+		o := redfish.Obj{"Id": a.ID, "UserName": a.UserName, "Role": a.Role, "Enabled": a.Enabled,
 			"PasswordChangeRequired": a.PasswordChangeRequired, "Created": a.Created, "Updated": a.Updated}
 		if a.HostID != nil {
-			o["System"] = SystemID(*a.HostID)
+			o["System"] = SystemID(dcd.HostID(*a.HostID))
 		}
 		accounts = append(accounts, o)
 	}
-	subs, err := s.store.Subscriptions(ctx)
+	subs, err := s.Store().Subscriptions(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -553,20 +554,20 @@ func (s *Server) bundleConfig(ctx context.Context) (Obj, error) {
 		exportAddr = s.cfg.ExportAddr.String()
 	}
 	cfg := s.cfg
-	return Obj{
-		"DataDir": cfg.DataDir, "FirmwareVersion": cfg.FirmwareVersion, "ServiceUUID": s.uuid,
+	return redfish.Obj{
+		"DataDir": cfg.DataDir, "FirmwareVersion": cfg.FirmwareVersion, "ServiceUUID": s.UUID(),
 		"SessionTimeout": cfg.SessionTimeout.String(), "MaxBodyBytes": cfg.MaxBodyBytes, "MaxImageBytes": cfg.MaxImageBytes,
-		"Lockout":  Obj{"Threshold": cfg.Lockout.Threshold, "Duration": cfg.Lockout.Duration.String()},
+		"Lockout":  redfish.Obj{"Threshold": cfg.Lockout.Threshold, "Duration": cfg.Lockout.Duration.String()},
 		"LogLimit": cfg.LogLimit, "TaskLimit": cfg.TaskLimit,
-		"Push": Obj{"Attempts": cfg.PushRetryAttempts, "Interval": cfg.PushRetryInterval.String()},
-		"Features": Obj{
+		"Push": redfish.Obj{"Attempts": cfg.PushRetryAttempts, "Interval": cfg.PushRetryInterval.String()},
+		"Features": redfish.Obj{
 			"Device": cfg.Device != nil, "Exports": cfg.Exports != nil, "ExportAddr": exportAddr, "ExportVerbs": cfg.ExportVerbs,
 			"Board": cfg.Board != nil, "Telemetry": cfg.Telemetry != nil, "Update": cfg.Update != nil,
 			"Reboot": cfg.Reboot != nil, "LocalCXL": cfg.LocalCXL != nil,
 		},
 		"Settings":           settings,
 		"Accounts":           accounts,
-		"Sessions":           s.auth.sessionCount(),
+		"Sessions":           s.Auth().SessionCount(),
 		"EventSubscriptions": len(subs),
 		"TLSCertificate":     s.bundleCertSummary(),
 		"DataDirFiles":       s.bundleDataFiles(),
@@ -574,27 +575,27 @@ func (s *Server) bundleConfig(ctx context.Context) (Obj, error) {
 }
 
 // bundleCertSummary describes the public certificate in cert.pem.
-func (s *Server) bundleCertSummary() Obj {
+func (s *Server) bundleCertSummary() redfish.Obj {
 	b, err := os.ReadFile(s.tlsPath(certFile))
 	if err != nil {
-		return Obj{"Error": err.Error()}
+		return redfish.Obj{"Error": err.Error()}
 	}
 	blk, _ := pem.Decode(b)
 	if blk == nil {
-		return Obj{"Error": "cert.pem holds no PEM block"}
+		return redfish.Obj{"Error": "cert.pem holds no PEM block"}
 	}
 	c, err := x509.ParseCertificate(blk.Bytes)
 	if err != nil {
-		return Obj{"Error": err.Error()}
+		return redfish.Obj{"Error": err.Error()}
 	}
 	sum := sha256.Sum256(c.Raw)
-	return Obj{"Subject": c.Subject.String(), "Issuer": c.Issuer.String(), "NotBefore": c.NotBefore, "NotAfter": c.NotAfter,
+	return redfish.Obj{"Subject": c.Subject.String(), "Issuer": c.Issuer.String(), "NotBefore": c.NotBefore, "NotAfter": c.NotAfter,
 		"SHA256": strings.ToUpper(colonHex(sum[:])), "DNSNames": c.DNSNames}
 }
 
 // bundleDataFiles lists the data directory: names, sizes, modes, times.
-func (s *Server) bundleDataFiles() []Obj {
-	out := []Obj{}
+func (s *Server) bundleDataFiles() []redfish.Obj {
+	out := []redfish.Obj{}
 	root := s.cfg.DataDir
 	_ = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -608,7 +609,7 @@ func (s *Server) bundleDataFiles() []Obj {
 		if err != nil || rel == "." {
 			return nil
 		}
-		out = append(out, Obj{"Path": rel, "Bytes": fi.Size(), "Mode": fi.Mode().String(), "Modified": fi.ModTime().UTC()})
+		out = append(out, redfish.Obj{"Path": rel, "Bytes": fi.Size(), "Mode": fi.Mode().String(), "Modified": fi.ModTime().UTC()})
 		if len(out) >= 1000 {
 			return fs.SkipAll
 		}
@@ -619,18 +620,18 @@ func (s *Server) bundleDataFiles() []Obj {
 
 // bundleBox is the box as discovery saw it: identity, heads (link state
 // per host), regions, and which hosts are fenced.
-func (s *Server) bundleBox() Obj {
+func (s *Server) bundleBox() redfish.Obj {
 	if s.mgr == nil {
-		return Obj{"Error": "no capacity manager in this service"}
+		return redfish.Obj{"Error": "no capacity manager in this service"}
 	}
 	box := s.mgr.Box()
-	fenced := Obj{}
+	fenced := redfish.Obj{}
 	for _, h := range box.Heads {
 		if why, ok := s.mgr.Fenced(dcd.HostID(h.LD)); ok {
 			fenced[SystemID(dcd.HostID(h.LD))] = why
 		}
 	}
-	return Obj{"Identity": box.Identity, "Serial": serialString(box.Identity.Serial), "Heads": box.Heads,
+	return redfish.Obj{"Identity": box.Identity, "Serial": serialString(box.Identity.Serial), "Heads": box.Heads,
 		"Regions": box.Regions, "TotalDynamic": box.TotalDynamic, "AddPolicies": box.AddPolicies,
 		"ReleasePolicies": box.ReleasePolicies, "ExtentsPerHost": box.ExtentsPerHost, "TagsPerHost": box.TagsPerHost,
 		"DiscoveredAt": box.DiscoveredAt, "Fenced": fenced, "StartReconcile": s.mgr.StartReport()}
@@ -638,9 +639,9 @@ func (s *Server) bundleBox() Obj {
 
 // bundleLedger is the capacity ledger: hosts (quotas), regions, chunks,
 // every grant with its extents, and orphans.
-func (s *Server) bundleLedger(ctx context.Context) (Obj, error) {
+func (s *Server) bundleLedger(ctx context.Context) (redfish.Obj, error) {
 	if s.mgr == nil {
-		return Obj{"Error": "no capacity manager in this service"}, nil
+		return redfish.Obj{"Error": "no capacity manager in this service"}, nil
 	}
 	l := s.mgr.Ledger()
 	hosts, err := l.Hosts(ctx)
@@ -675,32 +676,32 @@ func (s *Server) bundleLedger(ctx context.Context) (Obj, error) {
 		}
 		return out
 	}
-	hostsOut := make([]Obj, 0, len(hosts))
+	hostsOut := make([]redfish.Obj, 0, len(hosts))
 	for _, h := range hosts {
-		hostsOut = append(hostsOut, Obj{"Id": SystemID(h.ID), "Port": h.Port, "Name": h.Name,
+		hostsOut = append(hostsOut, redfish.Obj{"Id": SystemID(h.ID), "Port": h.Port, "Name": h.Name,
 			"QuotaBytes": h.Quota, "LinkUp": h.LinkUp})
 	}
-	chunksOut := make([]Obj, 0, len(chunks))
+	chunksOut := make([]redfish.Obj, 0, len(chunks))
 	for _, c := range chunks {
-		chunksOut = append(chunksOut, Obj{"Id": c.ID, "Name": c.Name, "Region": c.Region, "Bytes": c.Size,
+		chunksOut = append(chunksOut, redfish.Obj{"Id": c.ID, "Name": c.Name, "Region": c.Region, "Bytes": c.Size,
 			"Tag": c.Tag.String(), "Sharable": c.Sharable, "Created": c.Created})
 	}
-	grantsOut := make([]Obj, 0, len(grants))
+	grantsOut := make([]redfish.Obj, 0, len(grants))
 	for _, g := range grants {
-		grantsOut = append(grantsOut, Obj{"Id": g.ID, "Chunk": g.Chunk, "Host": SystemID(g.Host), "State": g.State,
+		grantsOut = append(grantsOut, redfish.Obj{"Id": g.ID, "Chunk": g.Chunk, "Host": SystemID(g.Host), "State": g.State,
 			"Extents": exts(g.Extents), "Bytes": g.Size(), "Reason": g.Reason, "Created": g.Created, "Updated": g.Updated})
 	}
-	orphansOut := make([]Obj, 0, len(orphans))
+	orphansOut := make([]redfish.Obj, 0, len(orphans))
 	for _, o := range orphans {
-		orphansOut = append(orphansOut, Obj{"Host": SystemID(o.Host), "Tag": o.Tag.String(), "Extents": exts(o.Extents), "Found": o.Found})
+		orphansOut = append(orphansOut, redfish.Obj{"Host": SystemID(o.Host), "Tag": o.Tag.String(), "Extents": exts(o.Extents), "Found": o.Found})
 	}
-	return Obj{"Hosts": hostsOut, "Regions": regions, "Chunks": chunksOut, "Grants": grantsOut, "Orphans": orphansOut,
+	return redfish.Obj{"Hosts": hostsOut, "Regions": regions, "Chunks": chunksOut, "Grants": grantsOut, "Orphans": orphansOut,
 		"Quotas": quotas(hosts)}, nil
 }
 
 // quotas maps each host with a quota to it (bytes).
-func quotas(hosts []dcd.Host) Obj {
-	o := Obj{}
+func quotas(hosts []dcd.Host) redfish.Obj {
+	o := redfish.Obj{}
 	for _, h := range hosts {
 		if h.Quota > 0 {
 			o[SystemID(h.ID)] = h.Quota
@@ -710,38 +711,31 @@ func quotas(hosts []dcd.Host) Obj {
 }
 
 func (s *Server) bundleLog(ctx context.Context, w io.Writer, log string) error {
-	entries, err := s.store.LogEntries(ctx, log, nil)
+	entries, err := s.Store().LogEntries(ctx, log, nil)
 	if err != nil {
 		return err
 	}
-	out := make([]Obj, 0, len(entries))
+	out := make([]redfish.Obj, 0, len(entries))
 	for _, e := range entries {
-		o := Obj{"Id": e.ID, "Created": e.Created.Format(timeFormat), "Severity": e.Severity, "Message": e.Message}
-		if log == logAudit {
+		o := redfish.Obj{"Id": e.ID, "Created": e.Created.Format(redfish.TimeFormat), "Severity": e.Severity, "Message": e.Message}
+		if log == redfish.LogAudit {
 			o["User"], o["Method"], o["URI"], o["Status"], o["Client"] = e.UserName, e.Method, e.URI, e.Status, e.Client
 		} else {
-			o["MessageId"], o["MessageArgs"], o["Origin"] = e.MessageID, nonNil(e.Args), e.Origin
+			o["MessageId"], o["MessageArgs"], o["Origin"] = e.MessageID, redfish.NonNil(e.Args), e.Origin
 		}
 		if e.HostID != nil {
-			o["System"] = SystemID(*e.HostID)
+			o["System"] = SystemID(dcd.HostID(*e.HostID))
 		}
 		out = append(out, o)
 	}
 	return jsonMember(w, out)
 }
 
-func (s *Server) bundleTasks() []Obj {
-	e := s.tasks
-	e.mu.Lock()
-	ts := make([]*Task, 0, len(e.order))
-	for _, id := range e.order {
-		ts = append(ts, e.tasks[id])
-	}
-	e.mu.Unlock()
-	out := make([]Obj, 0, len(ts))
-	for _, t := range ts {
-		b := s.taskBody(t)
-		out = append(out, Obj{"Id": b["Id"], "Name": b["Name"], "TaskState": b["TaskState"], "StartTime": b["StartTime"],
+func (s *Server) bundleTasks() []redfish.Obj {
+	bodies := s.TaskBodies()
+	out := make([]redfish.Obj, 0, len(bodies))
+	for _, b := range bodies {
+		out = append(out, redfish.Obj{"Id": b["Id"], "Name": b["Name"], "TaskState": b["TaskState"], "StartTime": b["StartTime"],
 			"EndTime": b["EndTime"], "Messages": b["Messages"]})
 	}
 	return out
@@ -749,7 +743,7 @@ func (s *Server) bundleTasks() []Obj {
 
 // bundleMetrics is /metrics at the moment of collection.
 func (s *Server) bundleMetrics(w io.Writer) error {
-	mfs, err := s.metrics.reg.Gather()
+	mfs, err := s.Gatherer().Gather()
 	for _, mf := range mfs {
 		if _, werr := expfmt.MetricFamilyToText(w, mf); werr != nil {
 			return werr

@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -19,7 +20,7 @@ func (s *Server) systemMemoryRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
@@ -34,11 +35,11 @@ func (s *Server) systemMemoryRoutes() {
 				byURI[m] = g
 			}
 		}
-		return s.WriteCollection(c, Collection{ODataID: uri, ODataType: "#MemoryCollection.MemoryCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: uri, ODataType: "#MemoryCollection.MemoryCollection",
 			Name: SystemID(h) + " Pool Memory", Members: members,
 			Expand: func(m string) (any, error) { return memory(v, byURI[m]), nil }})
 	})
-	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory/:mem", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory/:mem", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
@@ -50,13 +51,13 @@ func (s *Server) systemMemoryRoutes() {
 				}
 			}
 		}
-		return ErrResourceNotFound("Memory", c.Param("mem"))
+		return redfish.ErrResourceNotFound("Memory", c.Param("mem"))
 	})
 }
 
-func memory(v *poolView, g dcd.Grant) Obj {
+func memory(v *poolView, g dcd.Grant) redfish.Obj {
 	id := strconv.FormatInt(int64(g.Chunk), 10)
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":            SystemMemoryURI(g.Host, g.Chunk),
 		"@odata.type":          "#Memory.v1_23_0.Memory",
 		"Id":                   id,
@@ -68,14 +69,14 @@ func memory(v *poolView, g dcd.Grant) Obj {
 		"CapacityMiB":          mib(g.Size()),
 		"Enabled":              true,
 		"Status":               status("Enabled"),
-		"Links": Obj{
-			"MemoryMediaSources": Links(ChunkURI(g.Chunk)),
-			"Endpoints":          Links(TargetURI(g.Host)),
+		"Links": redfish.Obj{
+			"MemoryMediaSources": redfish.Links(ChunkURI(g.Chunk)),
+			"Endpoints":          redfish.Links(TargetURI(g.Host)),
 		},
-		"Oem": oemschema.Oem("Memory", Obj{"Connection": Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}),
+		"Oem": oemschema.Oem("Memory", redfish.Obj{"Connection": redfish.Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}),
 	}
 	if ch, ok := v.chunk(g.Chunk); ok {
-		o["Links"].(Obj)["MemoryRegionMediaSources"] = Links(MemoryRegionURI(g.Host, ch.Region))
+		o["Links"].(redfish.Obj)["MemoryRegionMediaSources"] = redfish.Links(MemoryRegionURI(g.Host, ch.Region))
 	}
 	return o
 }

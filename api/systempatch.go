@@ -6,6 +6,8 @@ import (
 	"strconv"
 
 	"github.com/labstack/echo/v4"
+
+	"cxlpool/api/redfish"
 )
 
 // PATCH /redfish/v1/Systems/{id}: a host's quota, the one setting of a
@@ -61,7 +63,7 @@ func (s *Server) systemPatchRoutes() {
 	}
 	// Host accounts pass the route's check so that the handler can answer
 	// 404 for other hosts' systems before 403 for their own.
-	s.Handle(http.MethodPatch, SystemsURI+"/:id", PrivConfigureComponents|PrivHostCapacity, s.patchSystem)
+	s.Handle(http.MethodPatch, SystemsURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.patchSystem)
 }
 
 func (s *Server) patchSystem(c echo.Context) error {
@@ -69,8 +71,8 @@ func (s *Server) patchSystem(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if !PrincipalOf(c).Has(PrivConfigureComponents) {
-		return ErrInsufficientPrivilege()
+	if !redfish.PrincipalOf(c).Has(redfish.PrivConfigureComponents) {
+		return redfish.ErrInsufficientPrivilege()
 	}
 	var req systemPatch
 	if err := s.Decode(c, &req); err != nil {
@@ -87,15 +89,15 @@ func (s *Server) patchSystem(c echo.Context) error {
 	}
 	n := *req.Oem.CxlPool.QuotaMiB
 	if n < 0 || uint64(n) > mib(v.usage().total) {
-		return ErrPropertyValueOutOfRange(strconv.FormatInt(n, 10), propQuota)
+		return redfish.ErrPropertyValueOutOfRange(strconv.FormatInt(n, 10), propQuota)
 	}
 	quota := uint64(n) * mebibyte
 	err = s.mgr.SetHostQuota(ctx, h, quota)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, Target{Type: "ComputerSystem", ID: SystemID(h), URI: SystemURI(h)})
+		return FromDomain(err, redfish.Target{Type: "ComputerSystem", ID: SystemID(h), URI: SystemURI(h)})
 	}
-	s.log.Info("host quota set", "system", SystemID(h), "quota_mib", n, "user", PrincipalOf(c).User)
+	s.log.Info("host quota set", "system", SystemID(h), "quota_mib", n, "user", redfish.PrincipalOf(c).User)
 	if v, err = s.view(ctx); err != nil {
 		return err
 	}
@@ -107,18 +109,18 @@ func (s *Server) patchSystem(c echo.Context) error {
 	}
 	// The ETag is the resource's, as a GET gives it; the note is about
 	// this answer only.
-	plain, err := encodeJSON(o)
+	plain, err := redfish.EncodeJSON(o)
 	if err != nil {
-		return ErrInternal(err)
+		return redfish.ErrInternal(err)
 	}
-	o["@Message.ExtendedInfo"] = []Message{s.Registries().Resolve(Msg{Key: "Base.PropertyModified",
+	o["@Message.ExtendedInfo"] = []redfish.Message{s.Registries().Resolve(redfish.Msg{Key: "Base.PropertyModified",
 		Resolution: fmt.Sprintf("%s holds or has reserved %d MiB, more than its new quota of %d MiB: it keeps that capacity, "+
 			"but further grants to it are refused until it is under the quota again. Release capacity from %s to get there.",
 			SystemID(h), mib(held), n, SystemID(h))}.WithRelated(propQuota))}
-	body, err := encodeJSON(o)
+	body, err := redfish.EncodeJSON(o)
 	if err != nil {
-		return ErrInternal(err)
+		return redfish.ErrInternal(err)
 	}
-	c.Response().Header().Set("ETag", ETag(plain))
-	return s.writeJSON(c, http.StatusOK, body)
+	c.Response().Header().Set("ETag", redfish.ETag(plain))
+	return s.WriteJSON(c, http.StatusOK, body)
 }

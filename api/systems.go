@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -20,16 +21,16 @@ func (s *Server) systemRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, SystemsURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, SystemsURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		var members []string
-		for _, ld := range v.visibleHosts(PrincipalOf(c)) {
+		for _, ld := range v.visibleHosts(redfish.PrincipalOf(c)) {
 			members = append(members, SystemURI(ld))
 		}
-		return s.WriteCollection(c, Collection{ODataID: SystemsURI, ODataType: "#ComputerSystemCollection.ComputerSystemCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: SystemsURI, ODataType: "#ComputerSystemCollection.ComputerSystemCollection",
 			Name: "Hosts", Members: members,
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, SystemsURI)
@@ -39,7 +40,7 @@ func (s *Server) systemRoutes() {
 				return o, nil
 			}})
 	})
-	s.Handle(http.MethodGet, SystemsURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, SystemsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
@@ -57,13 +58,13 @@ func (s *Server) lookupSystem(c echo.Context) (*poolView, dcd.HostID, error) {
 		return nil, 0, err
 	}
 	h, err := ParseSystemID(c.Param("id"))
-	if err != nil || !hostVisible(PrincipalOf(c), v, h) {
-		return nil, 0, ErrResourceNotFound("ComputerSystem", c.Param("id"))
+	if err != nil || !hostVisible(redfish.PrincipalOf(c), v, h) {
+		return nil, 0, redfish.ErrResourceNotFound("ComputerSystem", c.Param("id"))
 	}
 	return v, h, nil
 }
 
-func system(v *poolView, h dcd.HostID) Obj {
+func system(v *poolView, h dcd.HostID) redfish.Obj {
 	head, _ := v.head(h)
 	host := v.hosts[h]
 	// The ledger's default name is the Id in lower case ("host3"): one
@@ -76,7 +77,7 @@ func system(v *poolView, h dcd.HostID) Obj {
 		name = SystemID(h)
 	}
 	granted := v.hostGrantedBytes(h)
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":   SystemURI(h),
 		"@odata.type": "#ComputerSystem.v1_27_0.ComputerSystem",
 		"Id":          SystemID(h),
@@ -84,16 +85,16 @@ func system(v *poolView, h dcd.HostID) Obj {
 		"Description": "A host attached to the pool through head port " + strconv.Itoa(int(head.Port)),
 		"SystemType":  "Physical",
 		"Status":      status(linkState(head)),
-		"Memory":      Link(SystemURI(h) + "/Memory"),
+		"Memory":      redfish.Link(SystemURI(h) + "/Memory"),
 		// The only memory the service knows of: what the pool lends.
-		"MemorySummary": Obj{"TotalSystemMemoryGiB": float64(granted) / (1 << 30)},
-		"Links":         Obj{"Endpoints": Links(InitiatorURI(h))},
-		"Oem": oemschema.Oem("ComputerSystem", Obj{
+		"MemorySummary": redfish.Obj{"TotalSystemMemoryGiB": float64(granted) / (1 << 30)},
+		"Links":         redfish.Obj{"Endpoints": redfish.Links(InitiatorURI(h))},
+		"Oem": oemschema.Oem("ComputerSystem", redfish.Obj{
 			"LinkUp":        head.LinkUp,
 			"Port":          head.Port,
 			"QuotaMiB":      mib(host.Quota),
 			"GrantedMiB":    mib(granted),
-			"LogicalDevice": Link(LogicalDeviceURI(h)),
+			"LogicalDevice": redfish.Link(LogicalDeviceURI(h)),
 		}),
 	}
 	if host.Name != "" {

@@ -17,29 +17,30 @@ import (
 
 	"cxlpool/api"
 	"cxlpool/api/apitest"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
 // taskRoute registers a test resource whose POST starts a task that
 // waits for release and then ends with err (or 204). Started tasks are
 // sent on the returned channel.
-func taskRoute(env *apitest.Env, path string, err error, release <-chan struct{}) <-chan *api.Task {
-	started := make(chan *api.Task, 4)
-	env.Server.Handle(http.MethodPost, path, api.PrivConfigureComponents|api.PrivHostCapacity, func(c echo.Context) error {
-		var host *dcd.HostID
-		if p := api.PrincipalOf(c); p.HostID != nil {
+func taskRoute(env *apitest.Env, path string, err error, release <-chan struct{}) <-chan *redfish.Task {
+	started := make(chan *redfish.Task, 4)
+	env.Server.Handle(http.MethodPost, path, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, func(c echo.Context) error {
+		var host *redfish.HostID
+		if p := redfish.PrincipalOf(c); p.HostID != nil {
 			host = p.HostID
 		}
-		t := env.Server.StartTask(c, api.TaskOptions{Name: "test job", Host: host,
-			Target: api.Target{Type: "Connection", ID: "7", URI: "/redfish/v1/Fabrics/CXL/Connections/7"}},
-			func(ctx context.Context, t *api.Task) (api.TaskResult, error) {
+		t := env.Server.StartTask(c, redfish.TaskOptions{Name: "test job", Host: host,
+			Target: redfish.Target{Type: "Connection", ID: "7", URI: "/redfish/v1/Fabrics/CXL/Connections/7"}},
+			func(ctx context.Context, t *redfish.Task) (redfish.TaskResult, error) {
 				t.SetPercent(50)
 				select {
 				case <-release:
 				case <-ctx.Done():
-					return api.TaskResult{}, ctx.Err()
+					return redfish.TaskResult{}, ctx.Err()
 				}
-				return api.TaskResult{Status: http.StatusNoContent}, err
+				return redfish.TaskResult{Status: http.StatusNoContent}, err
 			})
 		started <- t
 		return env.Server.Accepted(c, t)

@@ -1,25 +1,18 @@
 package api
 
 import (
-	"cmp"
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
-	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"math"
-	"math/bits"
 	"net/http"
-	"slices"
 	"strconv"
 	"sync"
 	"time"
 
-	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 	"cxlpool/hmu"
@@ -165,57 +158,57 @@ type streamTicket struct {
 
 func (s *Server) telemetryRoutes() {
 	t := &telemetryAPI{s: s, tel: s.cfg.Telemetry, tickets: map[[sha256.Size]byte]streamTicket{}}
-	s.Handle(http.MethodGet, telemetryServiceURI, PrivLogin, func(c echo.Context) error {
-		return s.WriteResource(c, http.StatusOK, t.service(PrincipalOf(c)))
+	s.Handle(http.MethodGet, telemetryServiceURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteResource(c, http.StatusOK, t.service(redfish.PrincipalOf(c)))
 	})
-	s.Handle(http.MethodPatch, telemetryServiceURI, PrivConfigureManager, t.patchService)
-	s.Handle(http.MethodGet, metricDefinitionsURI, PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodPatch, telemetryServiceURI, redfish.PrivConfigureManager, t.patchService)
+	s.Handle(http.MethodGet, metricDefinitionsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		var ids []string
 		for _, d := range metricDefinitions {
 			ids = append(ids, metricDefinitionsURI+"/"+d.id)
 		}
-		return s.WriteCollection(c, Collection{ODataID: metricDefinitionsURI, ODataType: "#MetricDefinitionCollection.MetricDefinitionCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: metricDefinitionsURI, ODataType: "#MetricDefinitionCollection.MetricDefinitionCollection",
 			Name: "Metric Definitions", Members: ids, Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, metricDefinitionsURI)
 				return metricDefinition(id), nil
 			}})
 	}))
-	s.Handle(http.MethodGet, metricDefinitionsURI+"/:id", PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, metricDefinitionsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		d := metricDefinition(c.Param("id"))
 		if d == nil {
-			return ErrResourceNotFound("MetricDefinition", c.Param("id"))
+			return redfish.ErrResourceNotFound("MetricDefinition", c.Param("id"))
 		}
 		return s.WriteResource(c, http.StatusOK, d)
 	}))
-	s.Handle(http.MethodGet, reportDefinitionsURI, PrivLogin, t.enabled(func(c echo.Context) error {
-		return s.WriteCollection(c, Collection{ODataID: reportDefinitionsURI,
+	s.Handle(http.MethodGet, reportDefinitionsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: reportDefinitionsURI,
 			ODataType: "#MetricReportDefinitionCollection.MetricReportDefinitionCollection",
-			Name:      "Metric Report Definitions", Members: t.members(PrincipalOf(c), reportDefinitionsURI),
+			Name:      "Metric Report Definitions", Members: t.members(redfish.PrincipalOf(c), reportDefinitionsURI),
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, reportDefinitionsURI)
 				return t.definition(id), nil
 			}})
 	}))
-	s.Handle(http.MethodGet, reportDefinitionsURI+"/:id", PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, reportDefinitionsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		id := c.Param("id")
-		if !t.visible(PrincipalOf(c), id) {
-			return ErrResourceNotFound("MetricReportDefinition", id)
+		if !t.visible(redfish.PrincipalOf(c), id) {
+			return redfish.ErrResourceNotFound("MetricReportDefinition", id)
 		}
 		return s.WriteResource(c, http.StatusOK, t.definition(id))
 	}))
-	s.Handle(http.MethodGet, metricReportsURI, PrivLogin, t.enabled(func(c echo.Context) error {
-		p := PrincipalOf(c)
-		return s.WriteCollection(c, Collection{ODataID: metricReportsURI, ODataType: "#MetricReportCollection.MetricReportCollection",
+	s.Handle(http.MethodGet, metricReportsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+		p := redfish.PrincipalOf(c)
+		return s.WriteCollection(c, redfish.Collection{ODataID: metricReportsURI, ODataType: "#MetricReportCollection.MetricReportCollection",
 			Name: "Metric Reports", Members: t.members(p, metricReportsURI),
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, metricReportsURI)
 				return t.report(c.Request().Context(), id)
 			}})
 	}))
-	s.Handle(http.MethodGet, metricReportsURI+"/:id", PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, metricReportsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
 		id := c.Param("id")
-		if !t.visible(PrincipalOf(c), id) {
-			return ErrResourceNotFound("MetricReport", id)
+		if !t.visible(redfish.PrincipalOf(c), id) {
+			return redfish.ErrResourceNotFound("MetricReport", id)
 		}
 		r, err := t.report(c.Request().Context(), id)
 		if err != nil {
@@ -223,9 +216,9 @@ func (s *Server) telemetryRoutes() {
 		}
 		return s.WriteResource(c, http.StatusOK, r)
 	}))
-	s.Handle(http.MethodPost, TelemetryTicketURI, PrivLogin, t.enabled(t.issueTicket))
+	s.Handle(http.MethodPost, TelemetryTicketURI, redfish.PrivLogin, t.enabled(t.issueTicket))
 	// Public: the handler authenticates itself, by ticket or by headers.
-	s.Handle(http.MethodGet, TelemetryStreamURI, Public, t.serveStream)
+	s.Handle(http.MethodGet, TelemetryStreamURI, redfish.Public, t.serveStream)
 }
 
 // enabled answers 503 ServiceDisabled while there is no CHMU.
@@ -238,8 +231,8 @@ func (t *telemetryAPI) enabled(h echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func errTelemetryDisabled() *Error {
-	return NewError(http.StatusServiceUnavailable, M("Base.ServiceDisabled", telemetryServiceURI))
+func errTelemetryDisabled() *redfish.Error {
+	return redfish.NewError(http.StatusServiceUnavailable, redfish.M("Base.ServiceDisabled", telemetryServiceURI))
 }
 
 // --- scopes ---
@@ -270,18 +263,18 @@ func (t *telemetryAPI) scopeOf(id string) (int, bool) {
 
 // visible: host accounts see their own scope only; Shared and Pool span
 // hosts and need PrivApplianceView.
-func (t *telemetryAPI) visible(p *Principal, id string) bool {
+func (t *telemetryAPI) visible(p *redfish.Principal, id string) bool {
 	sc, ok := t.scopeOf(id)
 	switch {
 	case !ok:
 		return false
 	case sc < 0:
-		return p.Has(PrivApplianceView)
+		return p.Has(redfish.PrivApplianceView)
 	}
-	return p.CanSeeHost(dcd.HostID(sc))
+	return p.CanSeeHost(redfish.HostID(sc))
 }
 
-func (t *telemetryAPI) members(p *Principal, base string) []string {
+func (t *telemetryAPI) members(p *redfish.Principal, base string) []string {
 	var out []string
 	for _, id := range t.scopeIDs() {
 		if t.visible(p, id) {
@@ -293,8 +286,8 @@ func (t *telemetryAPI) members(p *Principal, base string) []string {
 
 // --- TelemetryService and the CHMU setting ---
 
-func (t *telemetryAPI) service(p *Principal) Obj {
-	o := Obj{
+func (t *telemetryAPI) service(p *redfish.Principal) redfish.Obj {
+	o := redfish.Obj{
 		"@odata.id":   telemetryServiceURI,
 		"@odata.type": "#TelemetryService.v1_4_1.TelemetryService",
 		"Id":          "TelemetryService",
@@ -303,22 +296,22 @@ func (t *telemetryAPI) service(p *Principal) Obj {
 	}
 	if t.tel == nil {
 		o["ServiceEnabled"] = false
-		o["Status"] = Obj{"State": "Disabled", "Health": "OK"}
-		o["Oem"] = oemschema.Oem("TelemetryService", Obj{"DisabledReason": "the device's CHMU is not reachable: start the daemon with --chmu PATH[@OFFSET] or --chmu pci:BDF"})
+		o["Status"] = redfish.Obj{"State": "Disabled", "Health": "OK"}
+		o["Oem"] = oemschema.Oem("TelemetryService", redfish.Obj{"DisabledReason": "the device's CHMU is not reachable: start the daemon with --chmu PATH[@OFFSET] or --chmu pci:BDF"})
 		return o
 	}
 	o["ServiceEnabled"] = true
-	o["Status"] = Obj{"State": "Enabled", "Health": "OK"}
-	o["MetricDefinitions"] = Link(metricDefinitionsURI)
-	o["MetricReportDefinitions"] = Link(reportDefinitionsURI)
-	o["MetricReports"] = Link(metricReportsURI)
+	o["Status"] = redfish.Obj{"State": "Enabled", "Health": "OK"}
+	o["MetricDefinitions"] = redfish.Link(metricDefinitionsURI)
+	o["MetricReportDefinitions"] = redfish.Link(reportDefinitionsURI)
+	o["MetricReports"] = redfish.Link(metricReportsURI)
 	o["MinCollectionInterval"] = duration(t.tel.FrameInterval())
-	oem := Obj{
+	oem := redfish.Obj{
 		"StreamUri":       TelemetryStreamURI,
 		"StreamTicketUri": TelemetryTicketURI,
 		"FramesPerSecond": math.Round(float64(time.Second)/float64(t.tel.FrameInterval())*100) / 100,
 	}
-	if p.Has(PrivApplianceView) {
+	if p.Has(redfish.PrivApplianceView) {
 		cfg, enabled, err := t.tel.CHMUConfig()
 		if err == nil {
 			oem["CHMU"] = chmuBody(cfg, enabled)
@@ -330,571 +323,4 @@ func (t *telemetryAPI) service(p *Principal) Obj {
 	}
 	o["Oem"] = oemschema.Oem("TelemetryService", oem)
 	return o
-}
-
-// duration formats d as an ISO 8601 duration ("PT0.1S").
-func duration(d time.Duration) string {
-	return "PT" + strconv.FormatFloat(d.Seconds(), 'f', -1, 64) + "S"
-}
-
-func epochMS(e hmu.Epoch) float64 { return float64(e.Duration()) / float64(time.Millisecond) }
-
-func chmuBody(c hmu.Config, enabled bool) Obj {
-	mode := "Epoch"
-	if c.Mode == hmu.ModeAlwaysOn {
-		mode = "AlwaysOn"
-	}
-	var ranges any
-	if c.Ranges != nil {
-		ranges = slices.Clone(c.Ranges)
-	}
-	return Obj{
-		"Enabled":            enabled,
-		"AccessType":         accessName(c.Access),
-		"UnitBytes":          c.UnitSize,
-		"Threshold":          c.Threshold,
-		"Mode":               mode,
-		"EpochMilliseconds":  epochMS(c.Epoch),
-		"DownSamplingFactor": uint64(1) << c.DSFactor,
-		"RandomDownSampling": c.RandomDS,
-		"OverflowInterrupt":  c.OverflowIRQ,
-		"LevelInterrupt":     c.LevelIRQ,
-		"FillThreshold":      c.FillThreshold,
-		"Ranges":             ranges,
-	}
-}
-
-func capsBody(c hmu.Caps, instances int) Obj {
-	access := []string{}
-	for _, t := range accessTypes {
-		if c.CanTrack(t.a) {
-			access = append(access, t.name)
-		}
-	}
-	units, ds := []uint64{}, []uint64{}
-	for n := range 32 {
-		if c.UnitSizes>>n&1 == 1 {
-			units = append(units, 256<<n)
-		}
-		if n < 16 && c.DownSampling>>n&1 == 1 {
-			ds = append(ds, 1<<n)
-		}
-	}
-	modes := []string{}
-	if c.EpochMode {
-		modes = append(modes, "Epoch")
-	}
-	if c.AlwaysOn {
-		modes = append(modes, "AlwaysOn")
-	}
-	return Obj{
-		"Instances":            instances,
-		"HotlistEntries":       c.HotlistSize,
-		"AccessTypes":          access,
-		"UnitBytes":            units,
-		"DownSamplingFactors":  ds,
-		"Modes":                modes,
-		"MinEpochMilliseconds": epochMS(c.MinEpoch),
-		"MaxEpochMilliseconds": epochMS(c.MaxEpoch),
-		"RangeBytes":           hmu.RangeGranule,
-		"RangeCount":           c.BitmapBits(),
-		"RandomDownSampling":   c.RandomDS,
-		"OverflowInterrupt":    c.OverflowIRQ,
-		"LevelInterrupt":       c.LevelIRQ,
-	}
-}
-
-type telemetryPatch struct {
-	Oem *struct {
-		CxlPool *struct {
-			CHMU *chmuPatch `json:"CHMU"`
-		} `json:"CxlPool"`
-	} `json:"Oem"`
-	ServiceEnabled *bool  `json:"ServiceEnabled" rf:"readonly"`
-	ID             string `json:"Id" rf:"readonly"`
-	Name           string `json:"Name" rf:"readonly"`
-}
-
-type chmuPatch struct {
-	Enabled            *bool    `json:"Enabled"`
-	AccessType         *string  `json:"AccessType" enum:"NonTEERead|NonTEEWrite|NonTEEReadWrite|Read|Write|ReadWrite"`
-	UnitBytes          *uint64  `json:"UnitBytes"`
-	Threshold          *uint32  `json:"Threshold"`
-	Mode               *string  `json:"Mode" enum:"Epoch|AlwaysOn"`
-	EpochMilliseconds  *float64 `json:"EpochMilliseconds"`
-	DownSamplingFactor *uint64  `json:"DownSamplingFactor"`
-	RandomDownSampling *bool    `json:"RandomDownSampling"`
-	OverflowInterrupt  *bool    `json:"OverflowInterrupt"`
-	LevelInterrupt     *bool    `json:"LevelInterrupt"`
-	FillThreshold      *uint16  `json:"FillThreshold"`
-	// Ranges: null tracks every range, a list tracks those 256 MiB ranges.
-	Ranges json.RawMessage `json:"Ranges" rf:"nullable"`
-}
-
-// chmuEdit is one property of a PATCH: its path, value and effect.
-type chmuEdit struct {
-	prop  string
-	value string
-	apply func(*hmu.Config) *Error
-}
-
-// edits turns a CHMU patch into its property edits, in a fixed order.
-func (p *chmuPatch) edits() []chmuEdit {
-	const base = "Oem/CxlPool/CHMU/"
-	var out []chmuEdit
-	add := func(prop string, v any, f func(*hmu.Config) *Error) {
-		out = append(out, chmuEdit{prop: base + prop, value: valueText(v), apply: f})
-	}
-	if v := p.AccessType; v != nil {
-		add("AccessType", *v, func(c *hmu.Config) *Error {
-			for _, t := range accessTypes {
-				if t.name == *v {
-					c.Access = t.a
-				}
-			}
-			return nil
-		})
-	}
-	if v := p.UnitBytes; v != nil {
-		add("UnitBytes", *v, func(c *hmu.Config) *Error { c.UnitSize = *v; return nil })
-	}
-	if v := p.Threshold; v != nil {
-		add("Threshold", *v, func(c *hmu.Config) *Error {
-			if *v == 0 {
-				return ErrPropertyValueOutOfRange("0", base+"Threshold")
-			}
-			c.Threshold = *v
-			return nil
-		})
-	}
-	if v := p.Mode; v != nil {
-		add("Mode", *v, func(c *hmu.Config) *Error {
-			c.Mode = hmu.ModeEpoch
-			if *v == "AlwaysOn" {
-				c.Mode = hmu.ModeAlwaysOn
-			}
-			return nil
-		})
-	}
-	if v := p.EpochMilliseconds; v != nil {
-		add("EpochMilliseconds", *v, func(c *hmu.Config) *Error {
-			e, ok := epochOf(*v)
-			if !ok {
-				return ErrPropertyValueOutOfRange(valueText(*v), base+"EpochMilliseconds")
-			}
-			c.Epoch = e
-			return nil
-		})
-	}
-	if v := p.DownSamplingFactor; v != nil {
-		add("DownSamplingFactor", *v, func(c *hmu.Config) *Error {
-			if *v == 0 || bits.OnesCount64(*v) != 1 || *v > 1<<15 {
-				return ErrPropertyValueNotInList(valueText(*v), base+"DownSamplingFactor")
-			}
-			c.DSFactor = uint8(bits.TrailingZeros64(*v))
-			return nil
-		})
-	}
-	if v := p.RandomDownSampling; v != nil {
-		add("RandomDownSampling", *v, func(c *hmu.Config) *Error { c.RandomDS = *v; return nil })
-	}
-	if v := p.OverflowInterrupt; v != nil {
-		add("OverflowInterrupt", *v, func(c *hmu.Config) *Error { c.OverflowIRQ = *v; return nil })
-	}
-	if v := p.LevelInterrupt; v != nil {
-		add("LevelInterrupt", *v, func(c *hmu.Config) *Error { c.LevelIRQ = *v; return nil })
-	}
-	if v := p.FillThreshold; v != nil {
-		add("FillThreshold", *v, func(c *hmu.Config) *Error { c.FillThreshold = *v; return nil })
-	}
-	if p.Ranges != nil {
-		add("Ranges", string(p.Ranges), func(c *hmu.Config) *Error {
-			var rs []uint64
-			if err := json.Unmarshal(p.Ranges, &rs); err != nil {
-				return ErrPropertyValueType(string(p.Ranges), base+"Ranges")
-			}
-			c.Ranges = rs // nil for null: every range
-			if c.Ranges == nil && string(p.Ranges) != "null" {
-				c.Ranges = []uint64{}
-			}
-			return nil
-		})
-	}
-	return out
-}
-
-// epochOf expresses ms as a CHMU epoch (a multiplier of 1–4095 of
-// 100 µs, 1 ms, 10 ms, 100 ms or 1 s), preferring the finest scale.
-func epochOf(ms float64) (hmu.Epoch, bool) {
-	if !(ms > 0) || ms > 4095*1000 {
-		return hmu.Epoch{}, false
-	}
-	ns := math.Round(ms * 1e6)
-	for scale := uint8(1); scale <= 5; scale++ {
-		unit := float64(hmu.Epoch{Scale: scale, Multiplier: 1}.Duration())
-		if m := ns / unit; m == math.Trunc(m) && m >= 1 && m <= 4095 {
-			return hmu.Epoch{Scale: scale, Multiplier: uint16(m)}, true
-		}
-	}
-	return hmu.Epoch{}, false
-}
-
-func (t *telemetryAPI) patchService(c echo.Context) error {
-	if t.tel == nil {
-		return errTelemetryDisabled()
-	}
-	var req telemetryPatch
-	if err := t.s.Decode(c, &req); err != nil {
-		return err
-	}
-	p := PrincipalOf(c)
-	if err := t.s.IfMatch(c, t.service(p)); err != nil {
-		return err
-	}
-	if req.Oem == nil || req.Oem.CxlPool == nil || req.Oem.CxlPool.CHMU == nil {
-		return t.s.WriteResource(c, http.StatusOK, t.service(p))
-	}
-	patch := req.Oem.CxlPool.CHMU
-	cur, enabled, err := t.tel.CHMUConfig()
-	if err != nil {
-		return ErrInternal(err)
-	}
-	if patch.Enabled != nil {
-		enabled = *patch.Enabled
-	}
-	edits := patch.edits()
-	// Each change alone must suit the device, so a refusal names the
-	// property; then all of them together.
-	next := cur
-	for _, e := range edits {
-		one := cur
-		if err := e.apply(&one); err != nil {
-			return err
-		}
-		if err := t.tel.ValidateCHMU(one); err != nil {
-			return ErrPropertyValueNotInList(e.value, e.prop).WithCause(err)
-		}
-		_ = e.apply(&next)
-	}
-	if err := t.tel.ValidateCHMU(next); err != nil {
-		return ErrPropertyValueConflict(edits[0].prop, edits[len(edits)-1].prop).WithCause(err)
-	}
-	if err := t.tel.SetCHMU(c.Request().Context(), next, enabled); err != nil {
-		if errors.Is(err, hmu.ErrUnsupported) {
-			return NewError(http.StatusBadRequest, M("Base.GeneralError")).WithCause(err)
-		}
-		return ErrInternal(err)
-	}
-	t.s.Publish(Event{MessageKey: MsgResourceChanged, Origin: telemetryServiceURI})
-	return t.s.WriteResource(c, http.StatusOK, t.service(p))
-}
-
-// --- definitions ---
-
-func metricDefinition(id string) Obj {
-	for _, d := range metricDefinitions {
-		if d.id == id {
-			return Obj{
-				"@odata.id":      metricDefinitionsURI + "/" + d.id,
-				"@odata.type":    "#MetricDefinition.v1_3_5.MetricDefinition",
-				"Id":             d.id,
-				"Name":           d.name,
-				"Description":    d.desc,
-				"MetricType":     d.typ,
-				"MetricDataType": d.dataType,
-				"Units":          d.units,
-				"Implementation": "Calculated",
-				"IsLinear":       true,
-			}
-		}
-	}
-	return nil
-}
-
-// scopeSubject is the resource a scope's whole-scope metrics are about.
-func scopeSubject(scope int) string {
-	if scope >= 0 {
-		return SystemURI(dcd.HostID(scope))
-	}
-	return MemoryDomainURI
-}
-
-// scopeMetrics lists a scope's metric Ids in report order.
-func scopeMetrics(scope int) []string {
-	if scope == agg.Pool {
-		return []string{metricAccesses, metricMonitored, metricBound, metricHotUnit}
-	}
-	return []string{metricAccesses, metricHeld, metricCold, metricMonitored, metricBound, metricHotUnit}
-}
-
-func scopeName(id string) string {
-	switch id {
-	case scopeShared:
-		return "capacity shared by several hosts"
-	case scopePool:
-		return "the whole pool"
-	}
-	return id + "'s pool memory"
-}
-
-func (t *telemetryAPI) definition(id string) Obj {
-	sc, _ := t.scopeOf(id)
-	var metrics []Obj
-	for _, m := range scopeMetrics(sc) {
-		metrics = append(metrics, Obj{"MetricId": m, "MetricProperties": []string{scopeSubject(sc)}, "CollectionTimeScope": "Interval"})
-	}
-	return Obj{
-		"@odata.id":                     reportDefinitionsURI + "/" + id,
-		"@odata.type":                   "#MetricReportDefinition.v1_4_7.MetricReportDefinition",
-		"Id":                            id,
-		"Name":                          "Hot pages of " + scopeName(id),
-		"Description":                   "Decayed CHMU access counts and the hottest units (Space-Saving top-K), generated on request",
-		"MetricReportDefinitionType":    "OnRequest",
-		"MetricReportDefinitionEnabled": true,
-		"ReportUpdates":                 "Overwrite",
-		"ReportActions":                 []string{"LogToMetricReportsCollection"},
-		"Metrics":                       metrics,
-		"MetricReport":                  Link(metricReportsURI + "/" + id),
-		"Status":                        Obj{"State": "Enabled", "Health": "OK"},
-	}
-}
-
-// --- reports ---
-
-// holder finds the memory resource of a unit: the host's Memory for the
-// grant holding dpa (host scopes), else the chunk.
-type holder struct {
-	grants []dcd.Grant
-}
-
-func (t *telemetryAPI) holder(ctx context.Context) holder {
-	if t.s.capacity == nil {
-		return holder{}
-	}
-	v, err := t.s.capacity.snapshot(ctx)
-	if err != nil {
-		t.s.log.Debug("telemetry: no capacity view for unit links", "err", err)
-		return holder{}
-	}
-	return holder{grants: v.grants}
-}
-
-func (h holder) uri(scope int, dpa uint64) string {
-	for _, g := range h.grants {
-		if scope >= 0 && int(g.Host) != scope {
-			continue
-		}
-		for _, e := range g.Extents {
-			if dpa >= e.DPA && dpa < e.End() {
-				if scope >= 0 {
-					return SystemMemoryURI(g.Host, g.Chunk)
-				}
-				return ChunkURI(g.Chunk)
-			}
-		}
-	}
-	return MemoryDomainURI
-}
-
-// within keeps the hot units inside extents.
-func within(hot []agg.Hot, extents []cci.Extent) []agg.Hot {
-	var out []agg.Hot
-	for _, u := range hot {
-		if slices.ContainsFunc(extents, func(e cci.Extent) bool { return u.DPA >= e.DPA && u.DPA < e.End() }) {
-			out = append(out, u)
-		}
-	}
-	return out
-}
-
-func count(v float64) string { return strconv.FormatFloat(math.Round(v), 'f', 0, 64) }
-
-func (t *telemetryAPI) report(ctx context.Context, id string) (Obj, error) {
-	sc, ok := t.scopeOf(id)
-	if !ok {
-		return nil, ErrResourceNotFound("MetricReport", id)
-	}
-	now := t.s.now().Format(time.RFC3339)
-	rep := t.tel.Report()
-	var sr agg.ScopeReport
-	for _, r := range rep.Scopes {
-		if r.Scope == sc {
-			sr = r
-		}
-	}
-	subject := scopeSubject(sc)
-	mv := func(metric, value, prop string) Obj {
-		return Obj{"MetricId": metric, "MetricValue": value, "Timestamp": now, "MetricProperty": prop}
-	}
-	values := []Obj{mv(metricAccesses, count(sr.Accesses), subject)}
-	if sc != agg.Pool {
-		values = append(values,
-			mv(metricHeld, strconv.FormatUint(sr.HeldBytes, 10), subject),
-			mv(metricCold, strconv.FormatUint(sr.ColdBytes, 10), subject))
-	}
-	values = append(values,
-		mv(metricMonitored, strconv.Itoa(sr.Monitored), subject),
-		mv(metricBound, strconv.FormatUint(sr.ErrorBound, 10), subject))
-
-	hold := t.holder(ctx)
-	hot := t.tel.Top(sc, reportTopN)
-	type unit struct {
-		agg.Hot
-		shared bool
-	}
-	units := make([]unit, 0, len(hot))
-	for _, u := range hot {
-		units = append(units, unit{Hot: u})
-	}
-	if sc >= 0 {
-		// A host also sees the hot units of the shared capacity it holds.
-		for _, u := range within(t.tel.Top(agg.Shared, 4*reportTopN), t.tel.Extents(sc)) {
-			units = append(units, unit{Hot: u, shared: true})
-		}
-		slices.SortStableFunc(units, func(a, b unit) int { return cmp.Compare(b.Count, a.Count) })
-		units = units[:min(len(units), reportTopN)]
-	}
-	for _, u := range units {
-		v := mv(metricHotUnit, strconv.FormatUint(u.Count, 10), hold.uri(sc, u.DPA))
-		oem := Obj{"DPA": u.DPA, "Bytes": u.Size, "ErrorBound": u.Err}
-		if sc >= 0 {
-			oem["Shared"] = u.shared
-		}
-		v["Oem"] = oemschema.Oem("MetricValue", oem)
-		values = append(values, v)
-	}
-
-	oem := Obj{"UnitBytes": rep.UnitSize}
-	if sc >= 0 {
-		oem["Hints"] = t.hints(sc, hold)
-	}
-	if sc == agg.Pool {
-		st := rep.Stats
-		oem["Collector"] = Obj{"Records": st.Records, "Accesses": st.Weight, "Unmapped": st.Unmapped, "Drains": st.Drains,
-			"DrainErrors": st.DrainErrors, "Overflows": st.Overflows, "Epochs": st.Epochs, "Resets": st.Resets}
-	}
-	return Obj{
-		"@odata.id":              metricReportsURI + "/" + id,
-		"@odata.type":            "#MetricReport.v1_5_2.MetricReport",
-		"Id":                     id,
-		"Name":                   "Hot pages of " + scopeName(id),
-		"Timestamp":              now,
-		"MetricReportDefinition": Link(reportDefinitionsURI + "/" + id),
-		"MetricValues":           values,
-		"Oem":                    oemschema.Oem("MetricReport", oem),
-	}, nil
-}
-
-// hints is a host's placement advice: the units to keep close and the
-// memory that has gone cold.
-func (t *telemetryAPI) hints(host int, hold holder) Obj {
-	h := t.tel.Hints(host, hintTopN)
-	promote := []Obj{}
-	for _, u := range h.Promote {
-		promote = append(promote, Obj{"DPA": u.DPA, "Bytes": u.Size, "Accesses": u.Count, "ErrorBound": u.Err,
-			"Memory": Link(hold.uri(host, u.DPA))})
-	}
-	shrink := []Obj{}
-	for _, a := range h.Shrink {
-		o := Obj{"Bytes": a.Bytes, "ColdBytes": a.ColdBytes}
-		if len(a.Extents) > 0 {
-			o["Memory"] = Link(hold.uri(host, a.Extents[0].DPA))
-		}
-		shrink = append(shrink, o)
-	}
-	return Obj{"Promote": promote, "Shrink": shrink, "HeldBytes": h.HeldBytes, "ColdBytes": h.ColdBytes}
-}
-
-// --- stream ---
-
-// issueTicket answers a single-use ticket that opens the stream as the
-// caller, for clients (browsers) that cannot send headers with a
-// WebSocket upgrade.
-func (t *telemetryAPI) issueTicket(c echo.Context) error {
-	p := PrincipalOf(c)
-	var raw [32]byte
-	_, _ = rand.Read(raw[:])
-	tok := base64.RawURLEncoding.EncodeToString(raw[:])
-	now := t.s.now()
-	t.mu.Lock()
-	for k, v := range t.tickets {
-		if now.After(v.expires) {
-			delete(t.tickets, k)
-		}
-	}
-	if len(t.tickets) >= maxTickets {
-		t.mu.Unlock()
-		return ErrServiceUnavailable(int(ticketTTL / time.Second))
-	}
-	t.tickets[sha256.Sum256([]byte(tok))] = streamTicket{accountUID: p.AccountUID, sessionID: p.SessionID,
-		passwordHash: p.passwordHash, expires: now.Add(ticketTTL)}
-	t.mu.Unlock()
-	return t.s.WriteResource(c, http.StatusOK, Obj{
-		"Ticket":           tok,
-		"ExpiresInSeconds": int(ticketTTL / time.Second),
-		"StreamUri":        TelemetryStreamURI + "?ticket=" + tok,
-	})
-}
-
-// redeem turns a ticket into its principal, once.
-func (t *telemetryAPI) redeem(tok string) (*Principal, bool) {
-	h := sha256.Sum256([]byte(tok))
-	t.mu.Lock()
-	tk, ok := t.tickets[h]
-	delete(t.tickets, h)
-	t.mu.Unlock()
-	if !ok || t.s.now().After(tk.expires) {
-		return nil, false
-	}
-	acct, found := t.s.store.AccountByUID(tk.accountUID)
-	if !found || !acct.Enabled {
-		return nil, false
-	}
-	p := t.s.auth.principal(acct, tk.sessionID)
-	p.passwordHash = tk.passwordHash
-	if !t.s.auth.valid(p) { // session ended, or (Basic) password changed
-		return nil, false
-	}
-	return p, true
-}
-
-// serveStream upgrades to the WebSocket stream of the caller's scope:
-// everything for appliance viewers, its own frames for a host.
-func (t *telemetryAPI) serveStream(c echo.Context) error {
-	var p *Principal
-	if tok := c.QueryParam("ticket"); tok != "" {
-		var ok bool
-		if p, ok = t.redeem(tok); !ok {
-			return ErrNoValidSession()
-		}
-	} else {
-		var err error
-		if p, err = t.s.auth.authenticate(c); err != nil {
-			return err
-		}
-	}
-	setPrincipal(c, p)
-	if t.tel == nil {
-		return errTelemetryDisabled()
-	}
-	scope := agg.Pool
-	switch {
-	case p.IsHost():
-		scope = int(*p.HostID)
-	case !p.Has(PrivApplianceView):
-		return ErrInsufficientPrivilege()
-	}
-	hub := t.tel.Stream(scope)
-	if hub == nil {
-		return ErrResourceNotFound("Stream", SystemID(dcd.HostID(scope)))
-	}
-	if !websocket.IsWebSocketUpgrade(c.Request()) {
-		return NewError(http.StatusBadRequest, M("Base.HeaderMissing", "Upgrade: websocket"))
-	}
-	// The stream ends when its principal does (authenticator.watch):
-	// the handler closes the socket when the request's context ends.
-	alive, stop := t.s.auth.watch(c.Request().Context(), p)
-	defer stop()
-	stream.NewHandler(hub, stream.HandlerConfig{Logger: t.s.log}).ServeHTTP(c.Response(), c.Request().WithContext(alive))
-	return nil
 }

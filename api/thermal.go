@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 )
 
@@ -18,22 +19,22 @@ import (
 // and summarises intake, exhaust and the hottest internal reading.
 
 func (s *Server) thermalRoutes(b Board) {
-	s.Handle(http.MethodGet, ThermalSubsystemURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ThermalSubsystemURI, redfish.PrivLogin, func(c echo.Context) error {
 		ctx := c.Request().Context()
 		fans, err := b.Fans(ctx)
 		if err != nil {
-			return FromDomain(err, Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
+			return FromDomain(err, redfish.Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
 		}
 		sensors, err := b.Sensors(ctx)
 		if err != nil {
-			return FromDomain(err, Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
+			return FromDomain(err, redfish.Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
 		}
 		return s.WriteResource(c, http.StatusOK, thermalSubsystem(fans, sensors))
 	})
-	s.Handle(http.MethodGet, FansURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, FansURI, redfish.PrivLogin, func(c echo.Context) error {
 		fans, err := b.Fans(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, Target{Type: "FanCollection", URI: FansURI})
+			return FromDomain(err, redfish.Target{Type: "FanCollection", URI: FansURI})
 		}
 		byURI := map[string]bmc.Fan{}
 		members := make([]string, 0, len(fans))
@@ -42,32 +43,32 @@ func (s *Server) thermalRoutes(b Board) {
 			members = append(members, u)
 			byURI[u] = f
 		}
-		return s.WriteCollection(c, Collection{ODataID: FansURI, ODataType: "#FanCollection.FanCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: FansURI, ODataType: "#FanCollection.FanCollection",
 			Name: "Fans", Members: members,
 			Expand: func(uri string) (any, error) { return fanBody(byURI[uri]), nil }})
 	})
-	s.Handle(http.MethodGet, FansURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, FansURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		fans, err := b.Fans(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, Target{Type: "Fan", ID: c.Param("id"), URI: FansURI + "/" + c.Param("id")})
+			return FromDomain(err, redfish.Target{Type: "Fan", ID: c.Param("id"), URI: FansURI + "/" + c.Param("id")})
 		}
 		for _, f := range fans {
 			if f.ID == c.Param("id") {
 				return s.WriteResource(c, http.StatusOK, fanBody(f))
 			}
 		}
-		return ErrResourceNotFound("Fan", c.Param("id"))
+		return redfish.ErrResourceNotFound("Fan", c.Param("id"))
 	})
-	s.Handle(http.MethodGet, ThermalMetricsURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ThermalMetricsURI, redfish.PrivLogin, func(c echo.Context) error {
 		sensors, err := b.Sensors(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, Target{Type: "ThermalMetrics", ID: "ThermalMetrics", URI: ThermalMetricsURI})
+			return FromDomain(err, redfish.Target{Type: "ThermalMetrics", ID: "ThermalMetrics", URI: ThermalMetricsURI})
 		}
 		return s.WriteResource(c, http.StatusOK, thermalMetrics(sensors))
 	})
 }
 
-func thermalSubsystem(fans []bmc.Fan, sensors []bmc.Sensor) Obj {
+func thermalSubsystem(fans []bmc.Fan, sensors []bmc.Sensor) redfish.Obj {
 	health := bmc.OK
 	for _, f := range fans {
 		health = worse(health, f.Health)
@@ -77,24 +78,24 @@ func thermalSubsystem(fans []bmc.Fan, sensors []bmc.Sensor) Obj {
 			health = worse(health, se.Health)
 		}
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":      ThermalSubsystemURI,
 		"@odata.type":    "#ThermalSubsystem.v1_5_0.ThermalSubsystem",
 		"Id":             "ThermalSubsystem",
 		"Name":           "Thermal Subsystem",
 		"Description":    "The memory box's fans and temperatures, from its board controller",
-		"Fans":           Link(FansURI),
-		"ThermalMetrics": Link(ThermalMetricsURI),
+		"Fans":           redfish.Link(FansURI),
+		"ThermalMetrics": redfish.Link(ThermalMetricsURI),
 		"Status":         boardStatus(bmc.Enabled, health),
 	}
 }
 
-func fanBody(f bmc.Fan) Obj {
-	speed := Obj{"Reading": f.DutyPercent}
+func fanBody(f bmc.Fan) redfish.Obj {
+	speed := redfish.Obj{"Reading": f.DutyPercent}
 	if f.SpeedValid {
 		speed["SpeedRPM"] = f.SpeedRPM
 	}
-	o := Obj{
+	o := redfish.Obj{
 		"@odata.id":       FansURI + "/" + f.ID,
 		"@odata.type":     "#Fan.v1_6_0.Fan",
 		"Id":              f.ID,
@@ -106,26 +107,26 @@ func fanBody(f bmc.Fan) Obj {
 	if f.SensorID != "" {
 		// The speed sensor is a Rotational one; the Fan's own
 		// DataSourceUri would have to be a Percent sensor.
-		o["Oem"] = oemschema.Oem("Fan", Obj{"SpeedSensor": Link(SensorsURI + "/" + f.SensorID)})
+		o["Oem"] = oemschema.Oem("Fan", redfish.Obj{"SpeedSensor": redfish.Link(SensorsURI + "/" + f.SensorID)})
 	}
 	return o
 }
 
-func thermalMetrics(sensors []bmc.Sensor) Obj {
-	readings := []Obj{}
-	summary := Obj{}
+func thermalMetrics(sensors []bmc.Sensor) redfish.Obj {
+	readings := []redfish.Obj{}
+	summary := redfish.Obj{}
 	var hottest *bmc.Sensor
 	for i, se := range sensors {
 		if se.ReadingType != bmc.Temperature {
 			continue
 		}
 		uri := SensorsURI + "/" + se.ID
-		r := Obj{"DataSourceUri": uri, "DeviceName": se.Name, "Reading": readingOrNull(se.Reading, se.Valid)}
+		r := redfish.Obj{"DataSourceUri": uri, "DeviceName": se.Name, "Reading": readingOrNull(se.Reading, se.Valid)}
 		if se.PhysicalContext != "" {
 			r["PhysicalContext"] = se.PhysicalContext
 		}
 		readings = append(readings, r)
-		excerpt := Obj{"DataSourceUri": uri, "Reading": readingOrNull(se.Reading, se.Valid)}
+		excerpt := redfish.Obj{"DataSourceUri": uri, "Reading": readingOrNull(se.Reading, se.Valid)}
 		switch strings.ToLower(se.PhysicalContext) {
 		case "intake":
 			if _, ok := summary["Intake"]; !ok {
@@ -142,9 +143,9 @@ func thermalMetrics(sensors []bmc.Sensor) Obj {
 		}
 	}
 	if hottest != nil {
-		summary["Internal"] = Obj{"DataSourceUri": SensorsURI + "/" + hottest.ID, "Reading": hottest.Reading}
+		summary["Internal"] = redfish.Obj{"DataSourceUri": SensorsURI + "/" + hottest.ID, "Reading": hottest.Reading}
 	}
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":                  ThermalMetricsURI,
 		"@odata.type":                "#ThermalMetrics.v1_3_2.ThermalMetrics",
 		"Id":                         "ThermalMetrics",

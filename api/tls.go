@@ -22,6 +22,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
+
+	"cxlpool/api/redfish"
 )
 
 // TLS files inside DataDir/tls. An operator may replace them with a
@@ -45,7 +47,7 @@ func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
 }
 
 // ServeListener is Serve on a listener it takes over (and closes). The
-// connections it accepts are held to Config.Transport (limits.go).
+// connections it accepts are held to Config.Transport (redfish/limits.go).
 func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP bool) error {
 	tc := s.cfg.Transport
 	// HTTP/1.1 only: one request in flight per connection, so the
@@ -54,17 +56,17 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP b
 	protocols := new(http.Protocols)
 	protocols.SetHTTP1(true)
 	srv := &http.Server{
-		Handler:           s.handler,
+		Handler:           s.Handler(),
 		ReadHeaderTimeout: tc.ReadHeaderTimeout,
 		IdleTimeout:       tc.IdleTimeout,
 		MaxHeaderBytes:    tc.MaxHeaderBytes,
-		ConnContext:       connContext,
+		ConnContext:       redfish.ConnContext,
 		Protocols:         protocols,
 		// Handshake failures and refused connections are the clients'
 		// business; the tracker logs floods.
 		ErrorLog: log.New(io.Discard, "", 0),
 	}
-	ln = &limitListener{Listener: ln, t: s.conns}
+	ln = s.GuardListener(ln)
 	var renewed chan struct{}
 	if !plainHTTP {
 		if _, err := s.reloadCertificate(); err != nil {
@@ -80,7 +82,7 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP b
 			s.renewLoop(rctx)
 		}()
 	}
-	srv.RegisterOnShutdown(s.stopStreams)
+	srv.RegisterOnShutdown(s.StopStreams)
 	errc := make(chan error, 1)
 	go func() {
 		if plainHTTP {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/image/manifest"
 	"cxlpool/image/update"
 )
@@ -71,15 +72,6 @@ func (s *Server) applyTimes() []string {
 // UpdateParameters part and the multipart framing.
 func (s *Server) uploadLimit() int64 { return s.cfg.MaxImageBytes + 1<<20 }
 
-// bodyLimit is the request body bound for the route c matched: the push
-// URI takes an image, everything else MaxBodyBytes.
-func (s *Server) bodyLimit(c echo.Context) int64 {
-	if s.cfg.Update != nil && c.Path() == UpdateUploadURI {
-		return s.uploadLimit()
-	}
-	return s.cfg.MaxBodyBytes
-}
-
 // errApplyEnded tells the request's copy loop that Apply stopped reading
 // (it refused the image or failed), so the rest of the upload is moot.
 var errApplyEnded = errors.New("api: update: the image was no longer read")
@@ -90,17 +82,17 @@ func (s *Server) updatePushRoutes() {
 	}
 	// Only administrators: ConfigureManager (the box's own firmware) is
 	// the route's privilege and ConfigureComponents is checked too.
-	s.Handle(http.MethodPost, UpdateUploadURI, PrivConfigureManager, s.pushUpdate)
+	s.HandleUpload(UpdateUploadURI, redfish.PrivConfigureManager, s.uploadLimit(), s.pushUpdate)
 }
 
 func (s *Server) pushUpdate(c echo.Context) error {
-	if !PrincipalOf(c).Has(PrivConfigureComponents) {
-		return ErrInsufficientPrivilege()
+	if !redfish.PrincipalOf(c).Has(redfish.PrivConfigureComponents) {
+		return redfish.ErrInsufficientPrivilege()
 	}
 	r := c.Request()
 	mt, mp, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "multipart/form-data" || mp["boundary"] == "" {
-		return ErrUnsupportedMediaType()
+		return redfish.ErrUnsupportedMediaType()
 	}
 	mr := multipart.NewReader(r.Body, mp["boundary"])
 	params, err := s.readUpdateParams(mr)
@@ -112,12 +104,12 @@ func (s *Server) pushUpdate(c echo.Context) error {
 		return err
 	}
 	if !s.updating.CompareAndSwap(false, true) {
-		return NewError(http.StatusConflict, M("Update.UpdateInProgress"), M("Base.ResourceInUse"))
+		return redfish.NewError(http.StatusConflict, redfish.M("Update.UpdateInProgress"), redfish.M("Base.ResourceInUse"))
 	}
 	slots, err := s.cfg.Update.Slots()
 	if err != nil {
 		s.updating.Store(false)
-		return ErrInternal(fmt.Errorf("update: slots: %w", err))
+		return redfish.ErrInternal(fmt.Errorf("update: slots: %w", err))
 	}
 	target := imageSlotID(inactiveSlot(slots))
 	image := file.FileName()
@@ -136,8 +128,8 @@ func (s *Server) pushUpdate(c echo.Context) error {
 	pr, pw := io.Pipe()
 	var transferErr atomic.Pointer[error]
 	total := r.ContentLength
-	t := s.StartTask(c, TaskOptions{Name: "Firmware update", Target: Target{Type: "SoftwareInventory", ID: target,
-		URI: FirmwareInventoryURI + "/" + target}}, func(ctx context.Context, t *Task) (TaskResult, error) {
+	t := s.StartTask(c, redfish.TaskOptions{Name: "Firmware update", Target: redfish.Target{Type: "SoftwareInventory", ID: target,
+		URI: FirmwareInventoryURI + "/" + target}}, func(ctx context.Context, t *redfish.Task) (redfish.TaskResult, error) {
 		defer s.updating.Store(false)
 		m, err := s.cfg.Update.Apply(ctx, pr, func(written int64) {
 			if total > 0 {
@@ -148,14 +140,14 @@ func (s *Server) pushUpdate(c echo.Context) error {
 		})
 		pr.CloseWithError(errApplyEnded)
 		if err != nil {
-			return TaskResult{}, s.updateError(err, transferErr.Load(), image, target)
+			return redfish.TaskResult{}, s.updateError(err, transferErr.Load(), image, target)
 		}
 		if m.Version != "" {
 			image = m.Version
 		}
-		msgs := []Msg{M("Update.UpdateSuccessful", target, image)}
+		msgs := []redfish.Msg{redfish.M("Update.UpdateSuccessful", target, image)}
 		if applyTime == applyOnReset {
-			msgs = append(msgs, M("Update.AwaitToActivate", image, target))
+			msgs = append(msgs, redfish.M("Update.AwaitToActivate", image, target))
 		}
 		inv := s.slotInventory()
 		var body any
@@ -164,7 +156,7 @@ func (s *Server) pushUpdate(c echo.Context) error {
 				body = o
 			}
 		}
-		return TaskResult{Status: http.StatusOK, Body: body, Messages: msgs}, nil
+		return redfish.TaskResult{Status: http.StatusOK, Body: body, Messages: msgs}, nil
 	})
 	_, err = io.Copy(pw, file)
 	if err != nil && !errors.Is(err, errApplyEnded) {
@@ -182,7 +174,7 @@ func (s *Server) pushUpdate(c echo.Context) error {
 			case <-s.ctx.Done():
 				return
 			}
-			if t.State() != TaskCompleted {
+			if t.State() != redfish.TaskCompleted {
 				return
 			}
 			s.log.Warn("rebooting into the updated image", "slot", target)
@@ -206,17 +198,17 @@ func (s *Server) readUpdateParams(mr *multipart.Reader) (updateParams, error) {
 		return p, s.multipartError(err)
 	}
 	if len(raw) > maxUpdateParams {
-		return p, ErrPayloadTooLarge()
+		return p, redfish.ErrPayloadTooLarge()
 	}
-	if err := decodeJSON(raw, &p); err != nil {
+	if err := redfish.DecodeJSON(raw, &p); err != nil {
 		return p, err
 	}
 	if p.ApplyTime != nil && !slices.Contains(s.applyTimes(), *p.ApplyTime) {
-		return p, ErrPropertyValueNotInList(*p.ApplyTime, "@Redfish.OperationApplyTime")
+		return p, redfish.ErrPropertyValueNotInList(*p.ApplyTime, "@Redfish.OperationApplyTime")
 	}
 	for _, tg := range p.Targets {
 		if !slices.Contains(s.updateTargets(), tg) {
-			return p, ErrPropertyValueNotInList(tg, "Targets")
+			return p, redfish.ErrPropertyValueNotInList(tg, "Targets")
 		}
 	}
 	return p, nil
@@ -233,52 +225,52 @@ func (s *Server) updateTargets() []string {
 func nextPart(mr *multipart.Reader, name string) (*multipart.Part, error) {
 	part, err := mr.NextPart()
 	if errors.Is(err, io.EOF) {
-		return nil, ErrPropertyMissing(name)
+		return nil, redfish.ErrPropertyMissing(name)
 	}
 	if err != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(err, &mbe) {
-			return nil, ErrPayloadTooLarge()
+			return nil, redfish.ErrPayloadTooLarge()
 		}
-		return nil, NewError(http.StatusBadRequest, M("Base.UnrecognizedRequestBody")).WithCause(err)
+		return nil, redfish.NewError(http.StatusBadRequest, redfish.M("Base.UnrecognizedRequestBody")).WithCause(err)
 	}
 	if part.FormName() != name {
-		return nil, ErrPropertyMissing(name)
+		return nil, redfish.ErrPropertyMissing(name)
 	}
 	return part, nil
 }
 
-func (s *Server) multipartError(err error) *Error {
+func (s *Server) multipartError(err error) *redfish.Error {
 	var mbe *http.MaxBytesError
 	if errors.As(err, &mbe) {
-		return ErrPayloadTooLarge()
+		return redfish.ErrPayloadTooLarge()
 	}
-	return NewError(http.StatusBadRequest, M("Base.UnrecognizedRequestBody")).WithCause(err)
+	return redfish.NewError(http.StatusBadRequest, redfish.M("Base.UnrecognizedRequestBody")).WithCause(err)
 }
 
 // updateError maps Apply's failure to the task's final answer: the
 // upload's own failure first (413 for too large, else the transfer
 // failed), then the image's fault (400 VerificationFailed with the
 // reason), a pending trial (409), anything else the box's fault (500).
-func (s *Server) updateError(err error, transfer *error, image, target string) *Error {
-	reason := func(e error) Msg {
-		return Msg{Key: "Update.VerificationFailed", Args: []string{image, target}, Resolution: e.Error()}
+func (s *Server) updateError(err error, transfer *error, image, target string) *redfish.Error {
+	reason := func(e error) redfish.Msg {
+		return redfish.Msg{Key: "Update.VerificationFailed", Args: []string{image, target}, Resolution: e.Error()}
 	}
 	if transfer != nil {
 		var mbe *http.MaxBytesError
 		if errors.As(*transfer, &mbe) {
-			return NewError(http.StatusRequestEntityTooLarge, M("Update.TransferFailed", image, target), M("Base.PayloadTooLarge")).WithCause(err)
+			return redfish.NewError(http.StatusRequestEntityTooLarge, redfish.M("Update.TransferFailed", image, target), redfish.M("Base.PayloadTooLarge")).WithCause(err)
 		}
-		return NewError(http.StatusBadRequest, Msg{Key: "Update.TransferFailed", Args: []string{image, target},
+		return redfish.NewError(http.StatusBadRequest, redfish.Msg{Key: "Update.TransferFailed", Args: []string{image, target},
 			Resolution: "The upload did not complete (" + (*transfer).Error() + "); push the image again."}).WithCause(err)
 	}
 	switch {
 	case update.IsRefusal(err):
-		return NewError(http.StatusBadRequest, reason(err)).WithCause(err)
+		return redfish.NewError(http.StatusBadRequest, reason(err)).WithCause(err)
 	case errors.Is(err, update.ErrTrialPending):
-		return NewError(http.StatusConflict, Msg{Key: "Update.ApplyFailed", Args: []string{image, target},
+		return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Update.ApplyFailed", Args: []string{image, target},
 			Resolution: "The running image is on trial; it is committed once the service reports healthy. Push the image again after that."}).WithCause(err)
 	}
-	return NewError(http.StatusInternalServerError, Msg{Key: "Update.ApplyFailed", Args: []string{image, target},
+	return redfish.NewError(http.StatusInternalServerError, redfish.Msg{Key: "Update.ApplyFailed", Args: []string{image, target},
 		Resolution: err.Error()}).WithCause(err)
 }

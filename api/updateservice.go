@@ -7,6 +7,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/oemschema"
+	"cxlpool/api/redfish"
 	"cxlpool/image/update"
 )
 
@@ -19,19 +20,19 @@ func (s *Server) updateServiceRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, UpdateServiceURI, PrivLogin, func(c echo.Context) error {
-		o := Obj{
+	s.Handle(http.MethodGet, UpdateServiceURI, redfish.PrivLogin, func(c echo.Context) error {
+		o := redfish.Obj{
 			"@odata.id":         UpdateServiceURI,
 			"@odata.type":       "#UpdateService.v1_17_0.UpdateService",
 			"Id":                "UpdateService",
 			"Name":              "Update Service",
 			"ServiceEnabled":    true,
 			"Status":            status("Enabled"),
-			"FirmwareInventory": Link(FirmwareInventoryURI),
+			"FirmwareInventory": redfish.Link(FirmwareInventoryURI),
 		}
 		if s.cfg.Update != nil {
 			o["MultipartHttpPushUri"] = UpdateUploadURI
-			o["MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"] = Obj{
+			o["MultipartHttpPushUri@Redfish.OperationApplyTimeSupport"] = redfish.Obj{
 				"@odata.type":     "#Settings.v1_4_0.OperationApplyTimeSupport",
 				"SupportedValues": s.applyTimes(),
 			}
@@ -39,39 +40,39 @@ func (s *Server) updateServiceRoutes() {
 		}
 		return s.WriteResource(c, http.StatusOK, o)
 	})
-	s.Handle(http.MethodGet, FirmwareInventoryURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, FirmwareInventoryURI, redfish.PrivLogin, func(c echo.Context) error {
 		inv := s.firmwareInventory()
 		members := make([]string, 0, len(inv))
-		byURI := map[string]Obj{}
+		byURI := map[string]redfish.Obj{}
 		for _, o := range inv {
 			u := o["@odata.id"].(string)
 			members = append(members, u)
 			byURI[u] = o
 		}
-		return s.WriteCollection(c, Collection{ODataID: FirmwareInventoryURI,
+		return s.WriteCollection(c, redfish.Collection{ODataID: FirmwareInventoryURI,
 			ODataType: "#SoftwareInventoryCollection.SoftwareInventoryCollection",
 			Name:      "Firmware Inventory", Members: members,
 			Expand: func(uri string) (any, error) { return byURI[uri], nil }})
 	})
-	s.Handle(http.MethodGet, FirmwareInventoryURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, FirmwareInventoryURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		for _, o := range s.firmwareInventory() {
 			if o["Id"] == c.Param("id") {
 				return s.WriteResource(c, http.StatusOK, o)
 			}
 		}
-		return ErrResourceNotFound("SoftwareInventory", c.Param("id"))
+		return redfish.ErrResourceNotFound("SoftwareInventory", c.Param("id"))
 	})
 }
 
 // firmwareInventory is the running firmware: the Fabric Manager (this
 // service's build) and the device's firmware revision, then the image
 // slots when the box runs from the image.
-func (s *Server) firmwareInventory() []Obj {
+func (s *Server) firmwareInventory() []redfish.Obj {
 	return append(s.runningFirmware(), s.slotInventory()...)
 }
 
-func (s *Server) runningFirmware() []Obj {
-	return []Obj{{
+func (s *Server) runningFirmware() []redfish.Obj {
+	return []redfish.Obj{{
 		"@odata.id":   FirmwareInventoryURI + "/FM",
 		"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
 		"Id":          "FM",
@@ -80,7 +81,7 @@ func (s *Server) runningFirmware() []Obj {
 		"Updateable":  false,
 		"Active":      true,
 		"Status":      status("Enabled"),
-		"RelatedItem": Links(managerURI),
+		"RelatedItem": redfish.Links(managerURI),
 	}, {
 		"@odata.id":   FirmwareInventoryURI + "/DCD",
 		"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
@@ -90,7 +91,7 @@ func (s *Server) runningFirmware() []Obj {
 		"Updateable":  false,
 		"Active":      true,
 		"Status":      status("Enabled"),
-		"RelatedItem": Links(DCDURI),
+		"RelatedItem": redfish.Links(DCDURI),
 	}}
 }
 
@@ -109,7 +110,7 @@ func inactiveSlot(slots []update.SlotStatus) string {
 
 // slotInventory lists the A/B image slots. A slot table that cannot be
 // read is logged and left out rather than failing the whole inventory.
-func (s *Server) slotInventory() []Obj {
+func (s *Server) slotInventory() []redfish.Obj {
 	if s.cfg.Update == nil {
 		return nil
 	}
@@ -118,7 +119,7 @@ func (s *Server) slotInventory() []Obj {
 		s.log.Warn("reading the image slots", "err", err)
 		return nil
 	}
-	out := make([]Obj, 0, len(slots))
+	out := make([]redfish.Obj, 0, len(slots))
 	for _, st := range slots {
 		id := imageSlotID(st.Slot)
 		// A verified slot the box does not run is the spare it falls
@@ -134,12 +135,12 @@ func (s *Server) slotInventory() []Obj {
 		case st.State == update.StateBad:
 			state, health = "UnavailableOffline", "Critical"
 		}
-		oem := Obj{"State": st.State, "Trial": st.Trial, "Active": st.Active, "Running": st.Running,
+		oem := redfish.Obj{"State": st.State, "Trial": st.Trial, "Active": st.Active, "Running": st.Running,
 			"SecurityVersion": st.SecurityVersion}
 		if st.Error != "" {
 			oem["Error"] = st.Error
 		}
-		o := Obj{
+		o := redfish.Obj{
 			"@odata.id":   FirmwareInventoryURI + "/" + id,
 			"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
 			"Id":          id,
@@ -149,8 +150,8 @@ func (s *Server) slotInventory() []Obj {
 			// next push.
 			"Updateable":  !st.Running,
 			"Active":      st.Running,
-			"Status":      Obj{"State": state, "Health": health},
-			"RelatedItem": Links(managerURI),
+			"Status":      redfish.Obj{"State": state, "Health": health},
+			"RelatedItem": redfish.Links(managerURI),
 			"Oem":         oemschema.Oem("SoftwareInventory", oem),
 		}
 		if st.Version != "" {

@@ -1,8 +1,11 @@
 package api
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -74,3 +77,26 @@ func ZoneURI(h dcd.HostID) string { return ZonesURI + "/" + SystemID(h) }
 
 // PortURI is the device's host-facing port with the given port number.
 func PortURI(port uint8) string { return PortsURI + "/" + strconv.Itoa(int(port)) }
+
+// hostRef is h as the protocol's host of a principal, task or event.
+func hostRef(h dcd.HostID) *redfish.HostID {
+	r := redfish.HostID(h)
+	return &r
+}
+
+// SystemID is the ComputerSystem Id of host h (/redfish/v1/Systems/{id}).
+// Host-bound accounts name their host by it.
+func SystemID(h dcd.HostID) string { return "Host" + strconv.Itoa(int(h)) }
+
+// ParseSystemID is the inverse of SystemID.
+func ParseSystemID(id string) (dcd.HostID, error) {
+	n, ok := strings.CutPrefix(id, "Host")
+	if !ok || n == "" || (len(n) > 1 && n[0] == '0') {
+		return 0, fmt.Errorf("system id %q: want Host<LD-ID>", id)
+	}
+	v, err := strconv.ParseUint(n, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("system id %q: %w", id, err)
+	}
+	return dcd.HostID(v), nil
+}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -16,16 +17,16 @@ func (s *Server) zoneRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ZonesURI, PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ZonesURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		var members []string
-		for _, ld := range v.visibleHosts(PrincipalOf(c)) {
+		for _, ld := range v.visibleHosts(redfish.PrincipalOf(c)) {
 			members = append(members, ZoneURI(ld))
 		}
-		return s.WriteCollection(c, Collection{ODataID: ZonesURI, ODataType: "#ZoneCollection.ZoneCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: ZonesURI, ODataType: "#ZoneCollection.ZoneCollection",
 			Name: "CXL Zones", Members: members,
 			Expand: func(uri string) (any, error) {
 				id, _ := refID(uri, ZonesURI)
@@ -33,22 +34,22 @@ func (s *Server) zoneRoutes() {
 				return zone(v, h), nil
 			}})
 	})
-	s.Handle(http.MethodGet, ZonesURI+"/:id", PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, ZonesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		h, err := ParseSystemID(c.Param("id"))
-		if err != nil || !hostVisible(PrincipalOf(c), v, h) {
-			return ErrResourceNotFound("Zone", c.Param("id"))
+		if err != nil || !hostVisible(redfish.PrincipalOf(c), v, h) {
+			return redfish.ErrResourceNotFound("Zone", c.Param("id"))
 		}
 		return s.WriteResource(c, http.StatusOK, zone(v, h))
 	})
 }
 
-func zone(v *poolView, h dcd.HostID) Obj {
+func zone(v *poolView, h dcd.HostID) redfish.Obj {
 	head, _ := v.head(h)
-	return Obj{
+	return redfish.Obj{
 		"@odata.id":   ZoneURI(h),
 		"@odata.type": "#Zone.v1_6_3.Zone",
 		"Id":          SystemID(h),
@@ -56,6 +57,6 @@ func zone(v *poolView, h dcd.HostID) Obj {
 		"Description": "What " + SystemID(h) + " can reach: its own logical device",
 		"ZoneType":    "ZoneOfEndpoints",
 		"Status":      status(linkState(head)),
-		"Links":       Obj{"Endpoints": Links(InitiatorURI(h), TargetURI(h))},
+		"Links":       redfish.Obj{"Endpoints": redfish.Links(InitiatorURI(h), TargetURI(h))},
 	}
 }

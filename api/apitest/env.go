@@ -23,6 +23,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"cxlpool/api"
+	"cxlpool/api/redfish"
 	"cxlpool/appliance"
 	"cxlpool/sim"
 )
@@ -159,10 +160,10 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 	})
 	e.Anon = &Client{env: e}
 	e.Admin = e.Login("admin", AdminPassword)
-	e.Operator = e.AddUser(UserOperator, api.RoleOperator, "")
-	e.ReadOnly = e.AddUser(UserReadOnly, api.RoleReadOnly, "")
-	e.Host0 = e.AddUser(UserHost0, api.RoleHostUser, "Host0")
-	e.Host1 = e.AddUser(UserHost1, api.RoleHostUser, "Host1")
+	e.Operator = e.AddUser(UserOperator, redfish.RoleOperator, "")
+	e.ReadOnly = e.AddUser(UserReadOnly, redfish.RoleReadOnly, "")
+	e.Host0 = e.AddUser(UserHost0, redfish.RoleHostUser, "Host0")
+	e.Host1 = e.AddUser(UserHost1, redfish.RoleHostUser, "Host1")
 	return e
 }
 

@@ -21,6 +21,7 @@ import (
 	"cxlpool/api"
 	"cxlpool/api/apitest"
 	"cxlpool/api/client"
+	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
 
@@ -242,16 +243,16 @@ func TestTLS(t *testing.T) {
 // taskRoute adds a test resource whose POST starts a task that waits for
 // release and then ends with err, or 201 with Location.
 func taskRoute(env *apitest.Env, path string, err error, release <-chan struct{}) {
-	env.Server.Handle(http.MethodPost, path, api.PrivConfigureComponents|api.PrivHostCapacity, func(c echo.Context) error {
-		t := env.Server.StartTask(c, api.TaskOptions{Name: "test job",
-			Target: api.Target{Type: "Connection", ID: "7", URI: "/redfish/v1/Fabrics/CXL/Connections/7"}},
-			func(ctx context.Context, _ *api.Task) (api.TaskResult, error) {
+	env.Server.Handle(http.MethodPost, path, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, func(c echo.Context) error {
+		t := env.Server.StartTask(c, redfish.TaskOptions{Name: "test job",
+			Target: redfish.Target{Type: "Connection", ID: "7", URI: "/redfish/v1/Fabrics/CXL/Connections/7"}},
+			func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 				select {
 				case <-release:
 				case <-ctx.Done():
-					return api.TaskResult{}, ctx.Err()
+					return redfish.TaskResult{}, ctx.Err()
 				}
-				return api.TaskResult{Status: http.StatusCreated, Location: client.AccountsURI + "/1",
+				return redfish.TaskResult{Status: http.StatusCreated, Location: client.AccountsURI + "/1",
 					Body: map[string]any{"Id": "done"}}, err
 			})
 		return env.Server.Accepted(c, t)

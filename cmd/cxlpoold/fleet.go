@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"cxlpool/api"
+	"cxlpool/api/redfish"
 	"cxlpool/appliance"
 	"cxlpool/fleet"
 )
@@ -82,7 +82,7 @@ func (f *fleetEvents) started(app *appliance.Appliance) {
 	}
 }
 
-func (f *fleetEvents) publish(ev api.Event) {
+func (f *fleetEvents) publish(ev redfish.Event) {
 	svc := f.svc.Load()
 	if svc == nil {
 		return

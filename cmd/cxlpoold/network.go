@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"cxlpool/api"
+	"cxlpool/api/redfish"
 	"cxlpool/image/guest"
 )
 
@@ -85,9 +86,9 @@ func (n *confNetwork) UpdateNetworkSettings(update func(*api.NetworkSettings) er
 		for i, srv := range s.NTPServers {
 			if _, err := netip.ParseAddr(srv); err != nil {
 				prop := "NTP/NTPServers/" + strconv.Itoa(i)
-				m := api.M("Base.PropertyValueIncorrect", prop, srv).WithRelated(prop)
+				m := redfish.M("Base.PropertyValueIncorrect", prop, srv).WithRelated(prop)
 				m.Resolution = "This box has no DNS resolver configured (no DHCP lease, no net.dns name servers): give NTP servers by IP address."
-				return api.NewError(http.StatusBadRequest, m)
+				return redfish.NewError(http.StatusBadRequest, m)
 			}
 		}
 	}

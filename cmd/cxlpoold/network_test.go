@@ -15,6 +15,7 @@ import (
 
 	"cxlpool/api"
 	"cxlpool/api/apitest"
+	"cxlpool/api/redfish"
 	"cxlpool/image/guest"
 )
 
@@ -129,7 +130,7 @@ func TestConfNetwork(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = tn.UpdateNetworkSettings(func(s *api.NetworkSettings) error { s.NTPServers = []string{"10.0.0.1", "ntp.example"}; return nil })
-	var apiErr *api.Error
+	var apiErr *redfish.Error
 	if !errors.As(err, &apiErr) || apiErr.Status != http.StatusBadRequest || !strings.Contains(apiErr.Messages[0].Resolution, "IP address") {
 		t.Errorf("NTP server name without a resolver: got %v, want 400 PropertyValueIncorrect asking for an address", err)
 	}

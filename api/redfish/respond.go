@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"bytes"
@@ -13,6 +13,9 @@ import (
 
 	"github.com/labstack/echo/v4"
 )
+
+// timeFormat is Redfish's Edm.DateTimeOffset.
+const TimeFormat = "2006-01-02T15:04:05Z07:00"
 
 // Obj is a JSON object under construction (a resource body). encoding/json
 // writes its keys sorted, so bodies and ETags are deterministic.
@@ -32,7 +35,7 @@ func Links(uris ...string) []Obj {
 
 // encodeJSON marshals a body the one way the service does, so that the
 // ETag of a GET and the one checked for If-Match agree.
-func encodeJSON(v any) ([]byte, error) {
+func EncodeJSON(v any) ([]byte, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -48,15 +51,15 @@ func ETag(body []byte) string {
 	return `W/"` + hex.EncodeToString(sum[:12]) + `"`
 }
 
-func (s *Server) writeJSON(c echo.Context, status int, body []byte) error {
+func (s *Service) WriteJSON(c echo.Context, status int, body []byte) error {
 	return c.Blob(status, "application/json; charset=utf-8", body)
 }
 
 // WriteResource answers with one resource: ETag of the full
 // representation, If-None-Match (304), then $select. status is 200 for
 // GET and PATCH, 201 for a create (see WriteCreated).
-func (s *Server) WriteResource(c echo.Context, status int, res any) error {
-	body, err := encodeJSON(res)
+func (s *Service) WriteResource(c echo.Context, status int, res any) error {
+	body, err := EncodeJSON(res)
 	if err != nil {
 		return ErrInternal(err)
 	}
@@ -67,7 +70,7 @@ func (s *Server) WriteResource(c echo.Context, status int, res any) error {
 		setDescribedBy(c, o["@odata.type"])
 	}
 	if c.Request().Method != http.MethodGet && c.Request().Method != http.MethodHead {
-		return s.writeJSON(c, status, body)
+		return s.WriteJSON(c, status, body)
 	}
 	q, qerr := parseQuery(c)
 	if qerr != nil {
@@ -76,7 +79,7 @@ func (s *Server) WriteResource(c echo.Context, status int, res any) error {
 	if q.paged() || q.filter != nil {
 		return ErrQueryNotSupportedOnResource()
 	}
-	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
+	if EtagMatches(c.Request().Header.Get("If-None-Match"), etag) {
 		return c.NoContent(http.StatusNotModified)
 	}
 	if len(q.sel) > 0 {
@@ -84,7 +87,7 @@ func (s *Server) WriteResource(c echo.Context, status int, res any) error {
 			return ErrInternal(err)
 		}
 	}
-	return s.writeJSON(c, status, body)
+	return s.WriteJSON(c, status, body)
 }
 
 // dmtfSchemaBase is where DMTF publishes its JSON schemas; their $id is
@@ -115,13 +118,13 @@ func setDescribedBy(c echo.Context, odataType any) {
 }
 
 // WriteCreated answers a create with 201, Location and the new resource.
-func (s *Server) WriteCreated(c echo.Context, uri string, res any) error {
+func (s *Service) WriteCreated(c echo.Context, uri string, res any) error {
 	c.Response().Header().Set("Location", uri)
 	return s.WriteResource(c, http.StatusCreated, res)
 }
 
 // NoContent answers a successful DELETE or action without a body.
-func (s *Server) NoContent(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
+func (s *Service) NoContent(c echo.Context) error { return c.NoContent(http.StatusNoContent) }
 
 // Collection is a resource collection to write.
 type Collection struct {
@@ -156,7 +159,7 @@ func RenderCollection(col Collection) (*Rendered, error) {
 	for i, u := range col.Members {
 		members[i] = Link(u)
 	}
-	b, err := encodeJSON(collectionBody(col, members, ""))
+	b, err := EncodeJSON(collectionBody(col, members, ""))
 	if err != nil {
 		return nil, err
 	}
@@ -180,7 +183,7 @@ func collectionBody(col Collection, members []any, nextLink string) Obj {
 // WriteCollection answers with a collection: $top/$skip paging with
 // Members@odata.nextLink, $expand (one level, for collections that declare
 // Expand), $filter (for the same collections: filter.go) and $select.
-func (s *Server) WriteCollection(c echo.Context, col Collection) error {
+func (s *Service) WriteCollection(c echo.Context, col Collection) error {
 	q, qerr := parseQuery(c)
 	if qerr != nil {
 		return qerr
@@ -191,10 +194,10 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	}
 	if r := col.Rendered; r != nil && !q.paged() && !q.expand && len(q.sel) == 0 && q.filter == nil {
 		c.Response().Header().Set("ETag", r.etag)
-		if etagMatches(c.Request().Header.Get("If-None-Match"), r.etag) {
+		if EtagMatches(c.Request().Header.Get("If-None-Match"), r.etag) {
 			return c.NoContent(http.StatusNotModified)
 		}
-		return s.writeJSON(c, http.StatusOK, r.body)
+		return s.WriteJSON(c, http.StatusOK, r.body)
 	}
 	all := col.Members
 	var expanded map[string]any // members already expanded by the filter
@@ -255,13 +258,13 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 	if q.filter != nil {
 		col.Members = all // Members@odata.count counts what matched
 	}
-	b, err := encodeJSON(collectionBody(col, members, nextLink))
+	b, err := EncodeJSON(collectionBody(col, members, nextLink))
 	if err != nil {
 		return ErrInternal(err)
 	}
 	etag := ETag(b)
 	c.Response().Header().Set("ETag", etag)
-	if etagMatches(c.Request().Header.Get("If-None-Match"), etag) {
+	if EtagMatches(c.Request().Header.Get("If-None-Match"), etag) {
 		return c.NoContent(http.StatusNotModified)
 	}
 	if len(q.sel) > 0 && !q.expand {
@@ -269,22 +272,22 @@ func (s *Server) WriteCollection(c echo.Context, col Collection) error {
 			return ErrInternal(err)
 		}
 	}
-	return s.writeJSON(c, http.StatusOK, b)
+	return s.WriteJSON(c, http.StatusOK, b)
 }
 
 // IfMatch checks the request's If-Match against current, the resource as
 // its GET would show it. No header passes; "*" passes for an existing
 // resource; otherwise one of the listed tags must match (weakly).
-func (s *Server) IfMatch(c echo.Context, current any) error {
+func (s *Service) IfMatch(c echo.Context, current any) error {
 	hdr := c.Request().Header.Get("If-Match")
 	if hdr == "" {
 		return nil
 	}
-	body, err := encodeJSON(current)
+	body, err := EncodeJSON(current)
 	if err != nil {
 		return ErrInternal(err)
 	}
-	if !etagMatches(hdr, ETag(body)) {
+	if !EtagMatches(hdr, ETag(body)) {
 		return ErrPreconditionFailed()
 	}
 	return nil
@@ -292,7 +295,7 @@ func (s *Server) IfMatch(c echo.Context, current any) error {
 
 // etagMatches reports whether the If-Match/If-None-Match list hdr names
 // etag, comparing weakly (W/ ignored).
-func etagMatches(hdr, etag string) bool {
+func EtagMatches(hdr, etag string) bool {
 	if hdr == "" {
 		return false
 	}
@@ -392,11 +395,11 @@ func selectProps(body []byte, sel [][]string, keep []string) ([]byte, error) {
 			out[k] = x
 		}
 	}
-	return encodeJSON(out)
+	return EncodeJSON(out)
 }
 
 func selectValue(v any, sel [][]string) (any, error) {
-	b, err := encodeJSON(v)
+	b, err := EncodeJSON(v)
 	if err != nil {
 		return nil, err
 	}

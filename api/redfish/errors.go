@@ -1,16 +1,11 @@
-package api
+package redfish
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
 	"strings"
-
-	"cxlpool/bmc"
-	"cxlpool/dcd"
-	"cxlpool/fabric"
 )
 
 // Error is a Redfish error response: an HTTP status and the registry
@@ -191,21 +186,6 @@ func ErrInternal(cause error) *Error {
 	return NewError(http.StatusInternalServerError, M("Base.InternalError")).WithCause(cause)
 }
 
-// errQuota is 409 for capacity a host's quota has no room for, naming the
-// quota and what would still fit.
-func errQuota(h dcd.HostID, quota, used, need uint64) *Error {
-	room := quota - min(used, quota)
-	fits := fmt.Sprintf("at most %d MiB would", mib(room))
-	if room == 0 {
-		fits = "nothing more does"
-	}
-	return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource", Resolution: fmt.Sprintf(
-		"%s's quota (Oem.CxlPool.QuotaMiB of %s) is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
-			"(%s): release capacity from %s, or have an administrator or operator raise its quota "+
-			"(where that is 0, the default Oem.CxlPool.DefaultHostQuotaMiB of %s applies).",
-		SystemID(h), SystemURI(h), mib(quota), mib(used), mib(need), fits, SystemID(h), MemoryDomainURI)})
-}
-
 // Target names the resource a domain operation was about, for the
 // messages that carry it.
 type Target struct {
@@ -214,18 +194,9 @@ type Target struct {
 	URI  string // its @odata.id
 }
 
-// Retry-After values for the transient device conditions.
-const (
-	retryBusySeconds   = 2
-	retryDeviceSeconds = 10
-)
-
-// FromDomain maps an error from the capacity domain (dcd) or the device
-// link (fabric) to its Redfish error. It is the ONLY place where domain
-// sentinels meet HTTP: every sentinel has a row here, and TestFromDomain
-// checks that none is forgotten. An error that is already an *Error passes
-// through; anything else is a 500 (a bug) with the cause logged.
-func FromDomain(err error, t Target) *Error {
+// mapError is err as the *Error it is, or through Config.MapError
+// (with the resource it was about), or 500.
+func (s *Service) mapError(err error, t Target) *Error {
 	if err == nil {
 		return nil
 	}
@@ -233,81 +204,8 @@ func FromDomain(err error, t Target) *Error {
 	if errors.As(err, &e) {
 		return e
 	}
-	general := func(status int, resolution string) *Error {
-		return NewError(status, Msg{Key: "Base.GeneralError", Resolution: resolution}).WithCause(err)
-	}
-	switch {
-	case errors.Is(err, dcd.ErrNotFound):
-		return ErrResourceNotFound(t.Type, t.ID).WithCause(err)
-	case errors.Is(err, dcd.ErrNoCapacity):
-		return NewError(http.StatusConflict, M("Base.ResourceExhaustion", t.URI)).WithCause(err)
-	case errors.Is(err, dcd.ErrQuotaExceeded):
-		// The registry's resolution speaks of deleting resources; say
-		// which limit it is (the host's Oem.CxlPool.QuotaMiB).
-		return NewError(http.StatusConflict, Msg{Key: "Base.CreateLimitReachedForResource",
-			Resolution: "The host's quota (Oem.CxlPool.QuotaMiB of its ComputerSystem or, where that is 0, the pool's " +
-				"default Oem.CxlPool.DefaultHostQuotaMiB on MemoryDomains/Pool) leaves no room for this capacity: " +
-				"release capacity from the host, or have an administrator raise its quota."}).WithCause(err)
-	case errors.Is(err, dcd.ErrNotSharable): // before ErrConflict, which the ledger wraps it with
-		m := M("Base.PropertyValueResourceConflict", "MemoryChunkInfo", t.ID, t.URI)
-		m.Resolution = "The chunk is in a DC region that is not sharable, so it is connected to one host at a time: " +
-			"release it first, or share a chunk reserved in a sharable region (Oem.CxlPool.Sharable)."
-		return NewError(http.StatusConflict, m).WithCause(err)
-	case errors.Is(err, dcd.ErrConflict):
-		return ErrResourceInUse().WithCause(err)
-	case errors.Is(err, dcd.ErrInvalid):
-		return general(http.StatusBadRequest, "The request is not valid for this resource: "+
-			domainReason(err)+". Correct the request and resubmit it.")
-	case errors.Is(err, dcd.ErrHostRejected):
-		return general(http.StatusConflict, "The host did not accept the offered capacity, so nothing "+
-			"was granted. Check the host's CXL driver and dynamic capacity support, then retry.")
-	case errors.Is(err, dcd.ErrHostTimeout):
-		return general(http.StatusConflict, "The host did not answer the capacity offer in time and the "+
-			"offer was withdrawn. Check that the host is running and retry.")
-	case errors.Is(err, dcd.ErrLinkDown):
-		return general(http.StatusConflict, "The host's CXL link is down. Retry when the link is up.")
-	case errors.Is(err, dcd.ErrFenced):
-		return general(http.StatusConflict, "The host's head is being power-cycled or is powered off, and its "+
-			"capacity is fenced. Retry after the head is powered on again.")
-	case errors.Is(err, bmc.ErrNotFound):
-		return ErrResourceNotFound(t.Type, t.ID).WithCause(err)
-	case errors.Is(err, bmc.ErrUnavailable):
-		e := ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
-		e.Messages[0].Resolution = "The board controller does not answer on the device link, or the sensor, fan, " +
-			"power supply or head cannot be read or driven now. Board readings and controls are unavailable " +
-			"until it answers; retry later."
-		return e
-	case errors.Is(err, bmc.ErrInvalid):
-		return general(http.StatusBadRequest, "The board refused the value: "+domainReason(err)+
-			". Correct the request and resubmit it.")
-	case errors.Is(err, bmc.ErrUnsupported):
-		return general(http.StatusBadRequest, "The board does not support this operation: "+domainReason(err)+".")
-	case errors.Is(err, bmc.ErrBusy):
-		return ErrResourceInUse().WithCause(err)
-	case errors.Is(err, dcd.ErrDeviceBusy):
-		return ErrServiceUnavailable(retryBusySeconds).WithCause(err)
-	case errors.Is(err, dcd.ErrDeviceUnreachable), errors.Is(err, fabric.ErrTimeout), errors.Is(err, fabric.ErrClosed):
-		e := ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
-		e.Messages[0].Resolution = "The memory device does not answer on its link (the link is down or being " +
-			"re-established). Retry after the time in Retry-After."
-		return e
-	case errors.Is(err, dcd.ErrDevice):
-		return NewError(http.StatusInternalServerError, M("Base.UndeterminedFault", "DCD")).WithCause(err)
-	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+	if s.cfg.MapError != nil {
+		return s.cfg.MapError(err, t)
 	}
 	return ErrInternal(err)
-}
-
-// domainReason is the innermost text of a wrapped domain error, which says
-// what was wrong without the call chain ("size must be positive").
-func domainReason(err error) string {
-	s := err.Error()
-	for _, sentinel := range []error{dcd.ErrInvalid, bmc.ErrInvalid, bmc.ErrUnsupported} {
-		s = strings.TrimSuffix(s, ": "+sentinel.Error())
-	}
-	if i := strings.LastIndex(s, ": "); i >= 0 {
-		s = s[i+2:]
-	}
-	return s
 }

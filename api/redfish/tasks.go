@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"context"
@@ -10,14 +10,12 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-
-	"cxlpool/dcd"
 )
 
 const (
-	taskServiceURI  = "/redfish/v1/TaskService"
-	tasksURI        = taskServiceURI + "/Tasks"
-	taskMonitorsURI = taskServiceURI + "/TaskMonitors"
+	TaskServiceURI  = "/redfish/v1/TaskService"
+	tasksURI        = TaskServiceURI + "/Tasks"
+	taskMonitorsURI = TaskServiceURI + "/TaskMonitors"
 )
 
 // Task states (Task.TaskState).
@@ -39,7 +37,7 @@ type TaskResult struct {
 }
 
 // TaskFunc is a task's work. ctx ends when the service stops. An error is
-// mapped through FromDomain (with the task's Target) to the monitor's
+// mapped through Config.MapError (with the task's Target) to the monitor's
 // final response and the task ends Exception.
 type TaskFunc func(ctx context.Context, t *Task) (TaskResult, error)
 
@@ -47,9 +45,9 @@ type TaskFunc func(ctx context.Context, t *Task) (TaskResult, error)
 type Task struct {
 	ID     string
 	Name   string
-	Owner  string      // identity (Account.UID) of the principal that started it
-	Host   *dcd.HostID // the host it concerns, for host isolation
-	Target Target      // for mapping the task's error
+	Owner  string  // identity (Account.UID) of the principal that started it
+	Host   *HostID // the host it concerns, for host isolation
+	Target Target  // for mapping the task's error
 
 	mu       sync.Mutex
 	state    string
@@ -86,7 +84,7 @@ func (t *Task) MonitorURI() string { return taskMonitorsURI + "/" + t.ID }
 func (t *Task) URI() string { return tasksURI + "/" + t.ID }
 
 type taskEngine struct {
-	s *Server
+	s *Service
 
 	mu    sync.Mutex
 	next  int
@@ -94,20 +92,20 @@ type taskEngine struct {
 	order []string // creation order, for listing and retention
 }
 
-func newTaskEngine(s *Server) *taskEngine {
+func newTaskEngine(s *Service) *taskEngine {
 	return &taskEngine{s: s, tasks: map[string]*Task{}}
 }
 
 // TaskOptions describe a task to start.
 type TaskOptions struct {
 	Name   string
-	Host   *dcd.HostID
+	Host   *HostID
 	Target Target
 }
 
 // StartTask runs fn in the background as a Task owned by the request's
 // principal. Answer the request with Accepted.
-func (s *Server) StartTask(c echo.Context, opts TaskOptions, fn TaskFunc) *Task {
+func (s *Service) StartTask(c echo.Context, opts TaskOptions, fn TaskFunc) *Task {
 	owner := ""
 	if p := PrincipalOf(c); p != nil {
 		owner = p.AccountUID
@@ -135,7 +133,7 @@ func (e *taskEngine) start(owner string, opts TaskOptions, fn TaskFunc) *Task {
 		t.percent = 100
 		key := "TaskEvent.TaskCompletedOK"
 		if err != nil {
-			t.state, t.err = TaskException, FromDomain(err, t.Target)
+			t.state, t.err = TaskException, s.mapError(err, t.Target)
 			key = "TaskEvent.TaskAborted"
 			t.messages = append([]Msg{M(key, t.ID)}, t.err.Messages...)
 		} else {
@@ -228,13 +226,30 @@ func (e *taskEngine) list(p *Principal) []*Task {
 
 // Accepted answers a request whose work continues in task t: 202 with the
 // task monitor in Location and the Task resource as the body.
-func (s *Server) Accepted(c echo.Context, t *Task) error {
+func (s *Service) Accepted(c echo.Context, t *Task) error {
 	c.Response().Header().Set("Location", t.MonitorURI())
 	c.Response().Header().Set("Retry-After", "1")
 	return s.WriteResource(c, http.StatusAccepted, s.taskBody(t))
 }
 
-func (s *Server) taskBody(t *Task) Obj {
+// TaskBodies are the Task resources the service keeps, in creation order
+// (the support bundle's).
+func (s *Service) TaskBodies() []Obj {
+	e := s.tasks
+	e.mu.Lock()
+	ts := make([]*Task, 0, len(e.order))
+	for _, id := range e.order {
+		ts = append(ts, e.tasks[id])
+	}
+	e.mu.Unlock()
+	out := make([]Obj, 0, len(ts))
+	for _, t := range ts {
+		out = append(out, s.taskBody(t))
+	}
+	return out
+}
+
+func (s *Service) taskBody(t *Task) Obj {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	status := "OK"
@@ -253,21 +268,21 @@ func (s *Server) taskBody(t *Task) Obj {
 		"TaskState":       t.state,
 		"TaskStatus":      status,
 		"PercentComplete": t.percent,
-		"StartTime":       t.start.Format(timeFormat),
+		"StartTime":       t.start.Format(TimeFormat),
 		"TaskMonitor":     t.MonitorURI(),
 		"Messages":        msgs,
 		"HidePayload":     true,
 	}
 	if !t.end.IsZero() {
-		o["EndTime"] = t.end.Format(timeFormat)
+		o["EndTime"] = t.end.Format(TimeFormat)
 	}
 	return o
 }
 
-func (s *Server) taskRoutes() {
-	s.Handle(http.MethodGet, taskServiceURI, PrivLogin, func(c echo.Context) error {
+func (s *Service) taskRoutes() {
+	s.Handle(http.MethodGet, TaskServiceURI, PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, Obj{
-			"@odata.id":                       taskServiceURI,
+			"@odata.id":                       TaskServiceURI,
 			"@odata.type":                     "#TaskService.v1_3_0.TaskService",
 			"Id":                              "TaskService",
 			"Name":                            "Task Service",

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"net/http"
@@ -42,10 +42,10 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) registerServerGauges(s *Server) error {
+func (m *metrics) registerServerGauges(s *Service) error {
 	for _, g := range []prometheus.Collector{
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_sessions", Help: "Open Redfish sessions."},
-			func() float64 { return float64(s.auth.sessionCount()) }),
+			func() float64 { return float64(s.auth.SessionCount()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_tasks_running", Help: "Tasks not yet finished."},
 			func() float64 { return float64(s.tasks.running()) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "cxlpool_api_event_streams", Help: "Open SSE event streams."},
@@ -59,7 +59,10 @@ func (m *metrics) registerServerGauges(s *Server) error {
 }
 
 // Metrics is where resources register their own collectors (pool gauges).
-func (s *Server) Metrics() prometheus.Registerer { return s.metrics.reg }
+func (s *Service) Metrics() prometheus.Registerer { return s.metrics.reg }
+
+// Gatherer reads the service's metrics (what /metrics shows).
+func (s *Service) Gatherer() prometheus.Gatherer { return s.metrics.reg }
 
 // middleware counts and times every request by route pattern (bounded
 // cardinality: unmatched paths share one label). It is the outermost
@@ -81,7 +84,7 @@ func (m *metrics) middleware(next echo.HandlerFunc) echo.HandlerFunc {
 	}
 }
 
-func (s *Server) metricsRoutes() {
+func (s *Service) metricsRoutes() {
 	h := promhttp.HandlerFor(s.metrics.reg, promhttp.HandlerOpts{ErrorLog: nil})
 	s.Handle(http.MethodGet, "/metrics", PrivApplianceView, echo.WrapHandler(h))
 }

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"errors"
@@ -52,7 +52,7 @@ func (pe *pathEntry) public() bool {
 // privileges of which the caller needs one, or Public. HEAD is served by
 // the GET handler. Registering the same method and path twice, or a zero
 // privilege, is a programming error reported by New.
-func (s *Server) Handle(method, path string, priv Privilege, h echo.HandlerFunc) {
+func (s *Service) Handle(method, path string, priv Privilege, h echo.HandlerFunc) {
 	pe := s.paths[path]
 	if pe == nil {
 		pe = &pathEntry{pattern: path, methods: map[string]route{}}
@@ -66,14 +66,32 @@ func (s *Server) Handle(method, path string, priv Privilege, h echo.HandlerFunc)
 	pe.methods[method] = route{priv: priv, h: h}
 }
 
+// HandleUpload registers h for POST on path like Handle, for a body of up
+// to limit bytes sent as multipart/form-data (an image push): the body
+// limit, the Content-Type rule for Basic-authenticated changes and the
+// transport's minimum upload rate follow from it.
+func (s *Service) HandleUpload(path string, priv Privilege, limit int64, h echo.HandlerFunc) {
+	s.Handle(http.MethodPost, path, priv, h)
+	s.uploads[path] = limit
+}
+
+// bodyLimit is the request body bound for the route c matched: an upload
+// route's own, everything else MaxBodyBytes.
+func (s *Service) bodyLimit(c echo.Context) int64 {
+	if l, ok := s.uploads[c.Path()]; ok {
+		return l
+	}
+	return s.cfg.MaxBodyBytes
+}
+
 // HasRoute reports whether a GET route is registered for the pattern, so
 // that ServiceRoot links only to what this build serves.
-func (s *Server) HasRoute(pattern string) bool {
+func (s *Service) HasRoute(pattern string) bool {
 	pe := s.paths[pattern]
 	return pe != nil && pe.methods[http.MethodGet].h != nil
 }
 
-func (s *Server) buildRouter() error {
+func (s *Service) buildRouter() {
 	e := echo.New()
 	e.HideBanner, e.HidePort = true, true
 	e.HTTPErrorHandler = s.handleError
@@ -84,18 +102,11 @@ func (s *Server) buildRouter() error {
 	e.Pre(s.preMiddleware)
 	e.Use(s.recoverMiddleware, s.metrics.middleware, s.auditMiddleware, s.bodyLimitMiddleware)
 	e.RouteNotFound("/*", s.notFound)
-	for _, register := range s.routes() {
-		register()
-	}
-	if len(s.routeErrs) > 0 {
-		return errors.Join(s.routeErrs...)
-	}
-	return nil
 }
 
 // preMiddleware runs before routing: Redfish treats a trailing slash as
 // the same URI, and every response carries OData-Version.
-func (s *Server) preMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+func (s *Service) preMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		if p := r.URL.Path; len(p) > 1 && strings.HasSuffix(p, "/") {
@@ -124,12 +135,12 @@ func (s *Server) preMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 var routedMethods = []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete}
 
 // methodKey keeps the original method of a request rerouted as CONNECT.
-const methodKey = "cxlpool.method"
+const methodKey = "redfish.method"
 
 // dispatch authenticates and authorises, then runs the method's handler.
 // Unauthenticated requests to anything that is not public get 401 before
 // the service reveals whether the method (405) exists.
-func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
+func (s *Service) dispatch(pe *pathEntry) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		if orig, ok := c.Get(methodKey).(string); ok {
 			c.Request().Method = orig
@@ -149,8 +160,8 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 				// A public resource (the service root) shows a caller
 				// who sent credentials what that caller may use.
 				if hasCredentials(c.Request()) {
-					if p, err := s.auth.authenticate(c); err == nil {
-						setPrincipal(c, p)
+					if p, err := s.auth.Authenticate(c); err == nil {
+						SetPrincipal(c, p)
 					}
 				}
 				s.setAllow(c, pe)
@@ -160,11 +171,11 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 		if !ok && pe.public() {
 			return ErrMethodNotAllowed(pe.allow())
 		}
-		p, err := s.auth.authenticate(c)
+		p, err := s.auth.Authenticate(c)
 		if err != nil {
 			return err
 		}
-		setPrincipal(c, p)
+		SetPrincipal(c, p)
 		if err := s.basicRequestRule(c.Request(), p, pe.pattern); err != nil {
 			return err
 		}
@@ -185,7 +196,7 @@ func (s *Server) dispatch(pe *pathEntry) echo.HandlerFunc {
 // methods of the resource the caller's privileges let it use, so that a
 // client knows before it tries whether a PATCH or DELETE is open to it.
 // handleError drops it from error answers other than 405.
-func (s *Server) setAllow(c echo.Context, pe *pathEntry) {
+func (s *Service) setAllow(c echo.Context, pe *pathEntry) {
 	p := PrincipalOf(c)
 	var out []string
 	for _, m := range pe.allow() {
@@ -200,9 +211,12 @@ func (s *Server) setAllow(c echo.Context, pe *pathEntry) {
 	c.Response().Header().Set("Allow", strings.Join(out, ", "))
 }
 
+// Routed reports whether any method is registered for the pattern.
+func (s *Service) Routed(pattern string) bool { return s.paths[pattern] != nil }
+
 // CanRead reports whether p may GET the resource at pattern (a route
 // pattern): links to what the caller cannot read are left out.
-func (s *Server) CanRead(p *Principal, pattern string) bool {
+func (s *Service) CanRead(p *Principal, pattern string) bool {
 	pe := s.paths[pattern]
 	if pe == nil {
 		return false
@@ -223,21 +237,21 @@ func hasCredentials(r *http.Request) bool {
 
 // notFound answers paths no route matches: 401 without credentials, 404
 // with them.
-func (s *Server) notFound(c echo.Context) error {
+func (s *Service) notFound(c echo.Context) error {
 	if orig, ok := c.Get(methodKey).(string); ok {
 		c.Request().Method = orig
 	}
-	p, err := s.auth.authenticate(c)
+	p, err := s.auth.Authenticate(c)
 	if err != nil {
 		return err
 	}
-	setPrincipal(c, p)
+	SetPrincipal(c, p)
 	return ErrResourceNotFound("Resource", path.Base(c.Request().URL.Path))
 }
 
 // recoverMiddleware turns a panic into 500 InternalError: a bug, logged
 // with its stack, never a dropped connection.
-func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+func (s *Service) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) (err error) {
 		defer func() {
 			if r := recover(); r != nil {
@@ -253,7 +267,7 @@ func (s *Server) recoverMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 
 // bodyLimitMiddleware refuses declared oversize bodies at once and caps
 // the rest while they are read (the decoder maps the cap to 413).
-func (s *Server) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
+func (s *Service) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		r := c.Request()
 		limit := s.bodyLimit(c)
@@ -266,9 +280,9 @@ func (s *Server) bodyLimitMiddleware(next echo.HandlerFunc) echo.HandlerFunc {
 }
 
 // handleError writes every error response. Handlers return *Error (or a
-// domain error, mapped by FromDomain); echo's own errors are mapped to the
+// domain error, mapped by Config.MapError); echo's own errors are mapped to the
 // same registry messages.
-func (s *Server) handleError(err error, c echo.Context) {
+func (s *Service) handleError(err error, c echo.Context) {
 	e := s.toError(c, err)
 	if e.Status >= 500 && e.Status != http.StatusNotImplemented && e.Status != http.StatusServiceUnavailable {
 		s.log.Error("request failed", "method", c.Request().Method, "uri", c.Request().URL.RequestURI(),
@@ -288,7 +302,7 @@ func (s *Server) handleError(err error, c echo.Context) {
 	}
 }
 
-func (s *Server) toError(c echo.Context, err error) *Error {
+func (s *Service) toError(c echo.Context, err error) *Error {
 	var e *Error
 	if errors.As(err, &e) {
 		return e
@@ -304,7 +318,7 @@ func (s *Server) toError(c echo.Context, err error) *Error {
 			return ErrResourceNotFound("Resource", path.Base(c.Request().URL.Path))
 		case http.StatusMethodNotAllowed:
 			// A method echo does not route at all (PROPFIND, ...).
-			if _, aerr := s.auth.authenticate(c); aerr != nil {
+			if _, aerr := s.auth.Authenticate(c); aerr != nil {
 				return s.toError(c, aerr)
 			}
 			if pe := s.paths[c.Path()]; pe != nil {
@@ -324,11 +338,11 @@ func (s *Server) toError(c echo.Context, err error) *Error {
 		}
 		return ErrInternal(err)
 	}
-	return FromDomain(err, Target{})
+	return s.mapError(err, Target{})
 }
 
 // writeError writes the Redfish error body.
-func (s *Server) writeError(c echo.Context, e *Error) error {
+func (s *Service) writeError(c echo.Context, e *Error) error {
 	for k, vs := range e.Header {
 		for _, v := range vs {
 			c.Response().Header().Add(k, v)
@@ -353,9 +367,9 @@ func (s *Server) writeError(c echo.Context, e *Error) error {
 		"message":               code.Message,
 		"@Message.ExtendedInfo": info,
 	}}
-	b, err := encodeJSON(body)
+	b, err := EncodeJSON(body)
 	if err != nil {
 		return err
 	}
-	return s.writeJSON(c, e.Status, b)
+	return s.WriteJSON(c, e.Status, b)
 }

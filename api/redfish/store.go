@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"cmp"
@@ -15,8 +15,6 @@ import (
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" driver
-
-	"cxlpool/dcd"
 )
 
 // AccountsFile is the accounts database's name inside the data directory.
@@ -118,7 +116,7 @@ type Account struct {
 	PasswordHash           string
 	Role                   string
 	Enabled                bool
-	HostID                 *dcd.HostID
+	HostID                 *HostID
 	PasswordChangeRequired bool
 	Created, Updated       time.Time
 }
@@ -133,7 +131,7 @@ type LogEntry struct {
 	Message   string
 	Args      []string
 	Origin    string
-	HostID    *dcd.HostID
+	HostID    *HostID
 	UserName  string
 	Method    string
 	URI       string
@@ -154,9 +152,9 @@ type Subscription struct {
 	Created          time.Time
 }
 
-// store is the accounts database. Accounts are few, so they are also kept
+// Store is the accounts database. Accounts are few, so they are also kept
 // in memory (write-through): authentication never waits for SQLite.
-type store struct {
+type Store struct {
 	db    *sql.DB
 	clock func() time.Time
 
@@ -164,9 +162,13 @@ type store struct {
 	accounts map[int64]Account
 }
 
-var errDuplicate = errors.New("duplicate")
+// DB is the accounts database, for the tables of the resources the
+// service serves (its migrations create them).
+func (s *Store) DB() *sql.DB { return s.db }
 
-func openStore(ctx context.Context, path string, clock func() time.Time) (*store, error) {
+var ErrDuplicate = errors.New("duplicate")
+
+func openStore(ctx context.Context, path string, clock func() time.Time) (*Store, error) {
 	if path == "" || strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("accounts db: bad path %q", path)
 	}
@@ -180,7 +182,7 @@ func openStore(ctx context.Context, path string, clock func() time.Time) (*store
 		return nil, fmt.Errorf("accounts db: %w", err)
 	}
 	db.SetMaxOpenConns(1) // one writer; transactions queue in database/sql
-	s := &store{db: db, clock: clock, accounts: map[int64]Account{}}
+	s := &Store{db: db, clock: clock, accounts: map[int64]Account{}}
 	if err := s.migrate(ctx); err != nil {
 		return nil, errors.Join(fmt.Errorf("accounts db: %w", err), db.Close())
 	}
@@ -194,9 +196,9 @@ func openStore(ctx context.Context, path string, clock func() time.Time) (*store
 	return s, nil
 }
 
-func (s *store) close() error { return s.db.Close() }
+func (s *Store) close() error { return s.db.Close() }
 
-func (s *store) migrate(ctx context.Context) error {
+func (s *Store) migrate(ctx context.Context) error {
 	if _, err := s.db.ExecContext(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 		version INTEGER PRIMARY KEY, applied_at INTEGER NOT NULL) STRICT`); err != nil {
 		return fmt.Errorf("migrate: %w", err)
@@ -228,7 +230,7 @@ func (s *store) migrate(ctx context.Context) error {
 	return nil
 }
 
-func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
+func (s *Store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	tx, err := s.db.BeginTx(ctx, nil)
 	if err != nil {
 		return err
@@ -242,22 +244,22 @@ func (s *store) tx(ctx context.Context, fn func(*sql.Tx) error) error {
 	return tx.Commit()
 }
 
-func nullHost(h *dcd.HostID) any {
+func nullHost(h *HostID) any {
 	if h == nil {
 		return nil
 	}
 	return int64(*h)
 }
 
-func hostFrom(n sql.NullInt64) *dcd.HostID {
+func hostFrom(n sql.NullInt64) *HostID {
 	if !n.Valid {
 		return nil
 	}
-	h := dcd.HostID(n.Int64)
+	h := HostID(n.Int64)
 	return &h
 }
 
-func (s *store) loadAccounts(ctx context.Context) error {
+func (s *Store) loadAccounts(ctx context.Context) error {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, uid, username, password_hash, role, enabled, host_id,
 		password_change_required, created, updated FROM accounts`)
 	if err != nil {
@@ -282,7 +284,7 @@ func (s *store) loadAccounts(ctx context.Context) error {
 }
 
 // Accounts returns all accounts ordered by Id.
-func (s *store) Accounts() []Account {
+func (s *Store) Accounts() []Account {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]Account, 0, len(s.accounts))
@@ -293,7 +295,7 @@ func (s *store) Accounts() []Account {
 	return out
 }
 
-func (s *store) Account(id int64) (Account, bool) {
+func (s *Store) Account(id int64) (Account, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	a, ok := s.accounts[id]
@@ -301,7 +303,7 @@ func (s *store) Account(id int64) (Account, bool) {
 }
 
 // AccountByUID returns the account whose identity is uid.
-func (s *store) AccountByUID(uid string) (Account, bool) {
+func (s *Store) AccountByUID(uid string) (Account, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, a := range s.accounts {
@@ -312,7 +314,7 @@ func (s *store) AccountByUID(uid string) (Account, bool) {
 	return Account{}, false
 }
 
-func (s *store) AccountByName(name string) (Account, bool) {
+func (s *Store) AccountByName(name string) (Account, bool) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	for _, a := range s.accounts {
@@ -324,12 +326,12 @@ func (s *store) AccountByName(name string) (Account, bool) {
 }
 
 // CreateAccount inserts a; errDuplicate if the user name is taken.
-func (s *store) CreateAccount(ctx context.Context, a Account) (Account, error) {
+func (s *Store) CreateAccount(ctx context.Context, a Account) (Account, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range s.accounts {
 		if o.UserName == a.UserName {
-			return Account{}, errDuplicate
+			return Account{}, ErrDuplicate
 		}
 	}
 	now := s.clock().UTC()
@@ -354,12 +356,12 @@ func (s *store) CreateAccount(ctx context.Context, a Account) (Account, error) {
 }
 
 // UpdateAccount writes a (by ID); errDuplicate if renamed onto another.
-func (s *store) UpdateAccount(ctx context.Context, a Account) (Account, error) {
+func (s *Store) UpdateAccount(ctx context.Context, a Account) (Account, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for _, o := range s.accounts {
 		if o.UserName == a.UserName && o.ID != a.ID {
-			return Account{}, errDuplicate
+			return Account{}, ErrDuplicate
 		}
 	}
 	old, ok := s.accounts[a.ID]
@@ -382,7 +384,7 @@ func (s *store) UpdateAccount(ctx context.Context, a Account) (Account, error) {
 	return a, nil
 }
 
-func (s *store) DeleteAccount(ctx context.Context, id int64) error {
+func (s *Store) DeleteAccount(ctx context.Context, id int64) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
@@ -397,7 +399,7 @@ func (s *store) DeleteAccount(ctx context.Context, id int64) error {
 }
 
 // Setting returns a stored setting, or def.
-func (s *store) Setting(ctx context.Context, key, def string) (string, error) {
+func (s *Store) Setting(ctx context.Context, key, def string) (string, error) {
 	var v string
 	err := s.db.QueryRowContext(ctx, `SELECT value FROM settings WHERE key = ?`, key).Scan(&v)
 	if errors.Is(err, sql.ErrNoRows) {
@@ -409,7 +411,7 @@ func (s *store) Setting(ctx context.Context, key, def string) (string, error) {
 	return v, nil
 }
 
-func (s *store) SetSettings(ctx context.Context, kv map[string]string) error {
+func (s *Store) SetSettings(ctx context.Context, kv map[string]string) error {
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		for k, v := range kv {
 			if _, err := tx.ExecContext(ctx, `INSERT INTO settings (key, value) VALUES (?, ?)
@@ -426,8 +428,8 @@ func (s *store) SetSettings(ctx context.Context, kv map[string]string) error {
 }
 
 // AppendLog adds an entry and keeps at most limit entries in its log.
-func (s *store) AppendLog(ctx context.Context, e LogEntry, limit int) (LogEntry, error) {
-	args, err := json.Marshal(nonNil(e.Args))
+func (s *Store) AppendLog(ctx context.Context, e LogEntry, limit int) (LogEntry, error) {
+	args, err := json.Marshal(NonNil(e.Args))
 	if err != nil {
 		return e, err
 	}
@@ -452,7 +454,7 @@ func (s *store) AppendLog(ctx context.Context, e LogEntry, limit int) (LogEntry,
 	return e, nil
 }
 
-func nonNil(s []string) []string {
+func NonNil(s []string) []string {
 	if s == nil {
 		return []string{}
 	}
@@ -480,7 +482,7 @@ func scanLog(sc interface{ Scan(...any) error }) (LogEntry, error) {
 
 // LogEntries returns a log's entries, oldest first; host filters to the
 // entries about that host when non-nil.
-func (s *store) LogEntries(ctx context.Context, log string, host *dcd.HostID) ([]LogEntry, error) {
+func (s *Store) LogEntries(ctx context.Context, log string, host *HostID) ([]LogEntry, error) {
 	q := `SELECT ` + logColumns + ` FROM log_entries WHERE log = ?`
 	args := []any{log}
 	if host != nil {
@@ -504,7 +506,7 @@ func (s *store) LogEntries(ctx context.Context, log string, host *dcd.HostID) ([
 }
 
 // LogEntry returns one entry; ok is false if there is none.
-func (s *store) LogEntry(ctx context.Context, log string, id int64) (LogEntry, bool, error) {
+func (s *Store) LogEntry(ctx context.Context, log string, id int64) (LogEntry, bool, error) {
 	e, err := scanLog(s.db.QueryRowContext(ctx, `SELECT `+logColumns+` FROM log_entries WHERE log = ? AND id = ?`, log, id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return e, false, nil
@@ -515,16 +517,16 @@ func (s *store) LogEntry(ctx context.Context, log string, id int64) (LogEntry, b
 	return e, true, nil
 }
 
-func (s *store) ClearLog(ctx context.Context, log string) error {
+func (s *Store) ClearLog(ctx context.Context, log string) error {
 	return s.tx(ctx, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `DELETE FROM log_entries WHERE log = ?`, log)
 		return err
 	})
 }
 
-func (s *store) CreateSubscription(ctx context.Context, sub Subscription) (Subscription, error) {
-	rp, _ := json.Marshal(nonNil(sub.RegistryPrefixes))
-	mi, _ := json.Marshal(nonNil(sub.MessageIDs))
+func (s *Store) CreateSubscription(ctx context.Context, sub Subscription) (Subscription, error) {
+	rp, _ := json.Marshal(NonNil(sub.RegistryPrefixes))
+	mi, _ := json.Marshal(NonNil(sub.MessageIDs))
 	sub.Created = s.clock().UTC()
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `INSERT INTO subscriptions (destination, context, protocol, registry_prefixes,
@@ -542,7 +544,7 @@ func (s *store) CreateSubscription(ctx context.Context, sub Subscription) (Subsc
 	return sub, nil
 }
 
-func (s *store) Subscriptions(ctx context.Context) ([]Subscription, error) {
+func (s *Store) Subscriptions(ctx context.Context) ([]Subscription, error) {
 	rows, err := s.db.QueryContext(ctx, `SELECT id, destination, context, protocol, registry_prefixes, message_ids,
 		owner, owner_uid, created FROM subscriptions ORDER BY id`)
 	if err != nil {
@@ -566,7 +568,7 @@ func (s *store) Subscriptions(ctx context.Context) ([]Subscription, error) {
 	return out, rows.Err()
 }
 
-func (s *store) DeleteSubscription(ctx context.Context, id int64) (bool, error) {
+func (s *Store) DeleteSubscription(ctx context.Context, id int64) (bool, error) {
 	var n int64
 	err := s.tx(ctx, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, `DELETE FROM subscriptions WHERE id = ?`, id)

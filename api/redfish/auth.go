@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"cmp"
@@ -17,9 +17,15 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
-
-	"cxlpool/dcd"
 )
+
+// The AccountService, whose accounts the service authenticates.
+const (
+	AccountServiceURI = "/redfish/v1/AccountService"
+	AccountsURI       = AccountServiceURI + "/Accounts"
+)
+
+func AccountURI(id int64) string { return AccountsURI + "/" + strconv.FormatInt(id, 10) }
 
 // Session table and sign-in throttling bounds.
 const (
@@ -89,10 +95,10 @@ type lockedError struct{ until time.Time }
 
 func (e *lockedError) Error() string { return "account locked until " + e.until.Format(time.RFC3339) }
 
-// authenticator checks credentials (sessions and HTTP Basic), enforces the
+// Authenticator checks credentials (sessions and HTTP Basic), enforces the
 // lockout policy and keeps the sessions.
-type authenticator struct {
-	s         *Server
+type Authenticator struct {
+	s         *Service
 	dummyHash []byte // compared against for unknown users, so timing does not tell
 
 	mu          sync.Mutex
@@ -105,14 +111,14 @@ type authenticator struct {
 	lockFor     time.Duration
 	nextSession int
 	perAccount  int // sessions one account may hold
-	pw          passwordPolicy
+	pw          PasswordPolicy
 	// changed is closed (and replaced) whenever an account or a session
 	// changes, so that streams re-check their principal (watch).
 	changed chan struct{}
 }
 
-func newAuthenticator(s *Server) *authenticator {
-	a := &authenticator{
+func newAuthenticator(s *Service) *Authenticator {
+	a := &Authenticator{
 		s:          s,
 		sessions:   map[[sha256.Size]byte]*session{},
 		byID:       map[string]*session{},
@@ -138,12 +144,12 @@ func newAuthenticator(s *Server) *authenticator {
 		}
 		return n
 	}
-	a.timeout = time.Duration(get(settingSessionTimeout, int(s.cfg.SessionTimeout/time.Second))) * time.Second
-	a.threshold = get(settingLockoutThreshold, s.cfg.Lockout.Threshold)
-	a.lockFor = time.Duration(get(settingLockoutDuration, int(s.cfg.Lockout.Duration/time.Second))) * time.Second
-	a.pw = passwordPolicy{min: get(settingMinPasswordLength, defaultMinPasswordLength),
-		max: get(settingMaxPasswordLength, bcryptMaxPassword)}
-	if err := a.pw.valid(); err != nil {
+	a.timeout = time.Duration(get(SettingSessionTimeout, int(s.cfg.SessionTimeout/time.Second))) * time.Second
+	a.threshold = get(SettingLockoutThreshold, s.cfg.Lockout.Threshold)
+	a.lockFor = time.Duration(get(SettingLockoutDuration, int(s.cfg.Lockout.Duration/time.Second))) * time.Second
+	a.pw = PasswordPolicy{Min: get(SettingMinPasswordLength, defaultMinPasswordLength),
+		Max: get(SettingMaxPasswordLength, BcryptMaxPassword)}
+	if err := a.pw.Valid(); err != nil {
 		s.log.Warn("stored password length policy is invalid, using the defaults", "err", err)
 		a.pw = defaultPasswordPolicy()
 	}
@@ -160,7 +166,7 @@ const dummyHashDefaultCost = "$2a$10$CaoQOS7gUEK1BjwpqaELlujJmpTTT8U7QT6cFsdF/yj
 
 // authenticate returns the request's principal from X-Auth-Token or HTTP
 // Basic, or 401 NoValidSession.
-func (a *authenticator) authenticate(c echo.Context) (*Principal, error) {
+func (a *Authenticator) Authenticate(c echo.Context) (*Principal, error) {
 	if p := PrincipalOf(c); p != nil {
 		return p, nil
 	}
@@ -177,7 +183,7 @@ func (a *authenticator) authenticate(c echo.Context) (*Principal, error) {
 		if err != nil {
 			return nil, signInError(r, err)
 		}
-		p := a.principal(acct, "")
+		p := a.Principal(acct, "")
 		return p, passwordGate(r.Method, r.URL.Path, p)
 	}
 	return nil, noValidSession(r)
@@ -234,13 +240,13 @@ func noValidSession(r *http.Request) *Error {
 // 403 with the PasswordChangeRequired message naming the account, which
 // tells a client where to PATCH.
 func passwordGate(method, path string, p *Principal) error {
-	if !p.passwordChange {
+	if !p.PasswordChange {
 		return nil
 	}
-	acct := accountsURI + "/" + p.AccountID
+	acct := AccountsURI + "/" + p.AccountID
 	sess := ""
 	if p.SessionID != "" {
-		sess = sessionsURI + "/" + p.SessionID
+		sess = SessionsURI + "/" + p.SessionID
 	}
 	switch method {
 	case http.MethodGet, http.MethodHead:
@@ -256,16 +262,16 @@ func passwordGate(method, path string, p *Principal) error {
 			return nil
 		}
 	}
-	return errPasswordChangeRequired(acct)
+	return ErrPasswordChangeRequired(acct)
 }
 
 // errPasswordChangeRequired is 403 PasswordChangeRequired for the account
 // at acctURI.
-func errPasswordChangeRequired(acctURI string) *Error {
+func ErrPasswordChangeRequired(acctURI string) *Error {
 	return NewError(http.StatusForbidden, M("Base.PasswordChangeRequired", acctURI))
 }
 
-func (a *authenticator) principal(acct Account, sessionID string) *Principal {
+func (a *Authenticator) Principal(acct Account, sessionID string) *Principal {
 	role, _ := LookupRole(acct.Role)
 	return &Principal{
 		AccountID:  strconv.FormatInt(acct.ID, 10),
@@ -276,12 +282,12 @@ func (a *authenticator) principal(acct Account, sessionID string) *Principal {
 		HostID:     acct.HostID,
 		SessionID:  sessionID,
 
-		passwordChange: acct.PasswordChangeRequired,
-		passwordHash:   acct.PasswordHash,
+		PasswordChange: acct.PasswordChangeRequired,
+		PasswordHash:   acct.PasswordHash,
 	}
 }
 
-func (a *authenticator) bySession(tok string) (*Principal, bool) {
+func (a *Authenticator) bySession(tok string) (*Principal, bool) {
 	h := sha256.Sum256([]byte(tok))
 	now := a.s.now()
 	a.mu.Lock()
@@ -307,7 +313,7 @@ func (a *authenticator) bySession(tok string) (*Principal, bool) {
 		a.mu.Unlock()
 		return nil, false
 	}
-	return a.principal(acct, sess.ID), true
+	return a.Principal(acct, sess.ID), true
 }
 
 // login checks a user name and password from source (the client's
@@ -318,7 +324,7 @@ func (a *authenticator) bySession(tok string) (*Principal, bool) {
 // and AccountLockoutThreshold of them lock the account from that source
 // for AccountLockoutDuration. While locked, a wrong password fails as
 // usual and the right one is lockedError.
-func (a *authenticator) login(user, pw, source string) (Account, error) {
+func (a *Authenticator) login(user, pw, source string) (Account, error) {
 	now := a.s.now()
 	if len(user) > maxKeptUserName {
 		// No account has such a name (userNamePattern); keep the lock
@@ -378,13 +384,13 @@ func (a *authenticator) login(user, pw, source string) (Account, error) {
 // auditSignIn writes a sign-in policy action to the audit log and returns
 // the URI it is about (the account's, or the AccountService's for a user
 // name that has none).
-func (a *authenticator) auditSignIn(user, source, action string, found bool, acct Account, msg string) string {
+func (a *Authenticator) auditSignIn(user, source, action string, found bool, acct Account, msg string) string {
 	s := a.s
-	origin := accountServiceURI
+	origin := AccountServiceURI
 	if found {
-		origin = accountURI(acct.ID)
+		origin = AccountURI(acct.ID)
 	}
-	e := LogEntry{Log: logAudit, Created: s.now(), Severity: "Warning", UserName: user, Client: source,
+	e := LogEntry{Log: LogAudit, Created: s.now(), Severity: "Warning", UserName: user, Client: source,
 		Method: action, URI: origin, Message: msg}
 	if _, err := s.store.AppendLog(context.WithoutCancel(s.ctx), e, s.cfg.LogLimit); err != nil {
 		s.log.Error("writing audit log", "err", err)
@@ -397,7 +403,7 @@ func (a *authenticator) auditSignIn(user, source, action string, found bool, acc
 // and, when the delays start for this account and address, to the event
 // log: at most one event per (address, account) until its failures are
 // forgotten, so an attacker cannot flood the events.
-func (a *authenticator) recordThrottle(user, source string, failures int, delay time.Duration, found bool, acct Account) {
+func (a *Authenticator) recordThrottle(user, source string, failures int, delay time.Duration, found bool, acct Account) {
 	origin := a.auditSignIn(user, source, "THROTTLE", found, acct,
 		fmt.Sprintf("%s: %d failed sign-ins from %s; the next attempt from there waits %s", user, failures, source, delay))
 	if failures == 2 {
@@ -407,7 +413,7 @@ func (a *authenticator) recordThrottle(user, source string, failures int, delay 
 }
 
 // recordLockout writes a new lockout to the audit and event logs.
-func (a *authenticator) recordLockout(user, source string, until time.Time, threshold int, found bool, acct Account) {
+func (a *Authenticator) recordLockout(user, source string, until time.Time, threshold int, found bool, acct Account) {
 	s := a.s
 	s.log.Warn("account locked out after failed logins", "user", user, "source", source, "until", until)
 	origin := a.auditSignIn(user, source, "LOCKOUT", found, acct,
@@ -421,7 +427,7 @@ func (a *authenticator) recordLockout(user, source string, until time.Time, thre
 // with every request, so a successful comparison is remembered for a
 // minute under a digest of (user, password, hash): a password change
 // changes the hash and so forgets it.
-func (a *authenticator) checkHash(user, pw string, hash []byte) bool {
+func (a *Authenticator) checkHash(user, pw string, hash []byte) bool {
 	key := sha256.Sum256([]byte(user + "\x00" + pw + "\x00" + string(hash)))
 	now := a.s.now()
 	a.mu.Lock()
@@ -445,7 +451,7 @@ func (a *authenticator) checkHash(user, pw string, hash []byte) bool {
 // recordFailureLocked counts a failed sign-in of key at now: the next
 // attempt waits longer, and at the threshold the key is locked. It reports
 // whether this failure started a lockout, and until when.
-func (a *authenticator) recordFailureLocked(key lockKey, now time.Time) (bool, time.Time) {
+func (a *Authenticator) recordFailureLocked(key lockKey, now time.Time) (bool, time.Time) {
 	ls := a.locks[key]
 	if ls == nil {
 		if len(a.locks) >= maxLockoutEntries {
@@ -475,7 +481,7 @@ func (a *authenticator) recordFailureLocked(key lockKey, now time.Time) (bool, t
 // evictLocksLocked makes room in the lock table: first what has expired,
 // then (a flood of sources) the entries idle longest. Memory stays bounded
 // whatever the number of addresses.
-func (a *authenticator) evictLocksLocked(now time.Time) {
+func (a *Authenticator) evictLocksLocked(now time.Time) {
 	for k, v := range a.locks {
 		if !now.Before(v.lockedUntil) && !now.Before(v.notBefore) && now.Sub(v.lastFailure) > a.lockFor {
 			delete(a.locks, k)
@@ -495,7 +501,7 @@ func (a *authenticator) evictLocksLocked(now time.Time) {
 }
 
 // locked reports whether user is locked out now from some address.
-func (a *authenticator) locked(user string) bool {
+func (a *Authenticator) Locked(user string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	now := a.s.now()
@@ -508,7 +514,7 @@ func (a *authenticator) locked(user string) bool {
 }
 
 // unlock forgets user's failures and lockouts from every address.
-func (a *authenticator) unlock(user string) {
+func (a *Authenticator) Unlock(user string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for k := range a.locks {
@@ -526,7 +532,7 @@ func (a *authenticator) unlock(user string) {
 // table holds maxSessions, of which the last adminSessionReserve only
 // Administrators may take; when even that is full an Administrator's login
 // ends the least recently used session of another account.
-func (a *authenticator) createSession(user, pw, client, sessCtx string) (*session, string, error) {
+func (a *Authenticator) createSession(user, pw, client, sessCtx string) (*session, string, error) {
 	acct, err := a.login(user, pw, client)
 	if err != nil {
 		return nil, "", err
@@ -582,7 +588,7 @@ func leastRecentlyUsed(ss []*session) *session {
 
 var errSessionLimit = errors.New("session limit reached")
 
-func (a *authenticator) pruneLocked(now time.Time) {
+func (a *Authenticator) pruneLocked(now time.Time) {
 	for _, sess := range a.byID {
 		if now.Sub(sess.LastUsed) > a.timeout {
 			a.dropLocked(sess)
@@ -590,20 +596,20 @@ func (a *authenticator) pruneLocked(now time.Time) {
 	}
 }
 
-func (a *authenticator) dropLocked(sess *session) {
+func (a *Authenticator) dropLocked(sess *session) {
 	delete(a.sessions, sess.tokenHash)
 	delete(a.byID, sess.ID)
 	a.notifyLocked()
 }
 
 // notifyLocked wakes every watcher to re-check its principal.
-func (a *authenticator) notifyLocked() {
+func (a *Authenticator) notifyLocked() {
 	close(a.changed)
 	a.changed = make(chan struct{})
 }
 
 // accountsChanged tells streams that an account changed (or went).
-func (a *authenticator) accountsChanged() {
+func (a *Authenticator) AccountsChanged() {
 	a.mu.Lock()
 	a.notifyLocked()
 	a.mu.Unlock()
@@ -613,13 +619,13 @@ func (a *authenticator) accountsChanged() {
 // account (by identity), enabled, with the same name, role and host
 // binding, and its session still live (for HTTP Basic: the same password).
 // Streams check it on every change, so they end when their principal does.
-func (a *authenticator) valid(p *Principal) bool {
+func (a *Authenticator) Valid(p *Principal) bool {
 	acct, ok := a.s.store.AccountByUID(p.AccountUID)
 	if !ok || !acct.Enabled || acct.UserName != p.User || acct.Role != p.Role || !sameHost(acct.HostID, p.HostID) {
 		return false
 	}
 	if p.SessionID == "" {
-		return acct.PasswordHash == p.passwordHash
+		return acct.PasswordHash == p.PasswordHash
 	}
 	now := a.s.now()
 	a.mu.Lock()
@@ -628,7 +634,7 @@ func (a *authenticator) valid(p *Principal) bool {
 	return ok && sess.accountUID == p.AccountUID && now.Sub(sess.LastUsed) <= a.timeout
 }
 
-func sameHost(x, y *dcd.HostID) bool {
+func sameHost(x, y *HostID) bool {
 	return (x == nil) == (y == nil) && (x == nil || *x == *y)
 }
 
@@ -639,7 +645,7 @@ const watchInterval = 5 * time.Second
 // watch returns a context that ends with ctx or as soon as p is no longer
 // valid: the account deleted, disabled, renamed, given another role or
 // host, its password changed (Basic), or its session ended.
-func (a *authenticator) watch(ctx context.Context, p *Principal) (context.Context, context.CancelFunc) {
+func (a *Authenticator) Watch(ctx context.Context, p *Principal) (context.Context, context.CancelFunc) {
 	wctx, cancel := context.WithCancel(ctx)
 	go func() {
 		defer cancel()
@@ -649,7 +655,7 @@ func (a *authenticator) watch(ctx context.Context, p *Principal) (context.Contex
 			a.mu.Lock()
 			ch := a.changed
 			a.mu.Unlock()
-			if !a.valid(p) {
+			if !a.Valid(p) {
 				return
 			}
 			select {
@@ -664,7 +670,7 @@ func (a *authenticator) watch(ctx context.Context, p *Principal) (context.Contex
 }
 
 // listSessions returns copies of the live sessions, ordered by creation.
-func (a *authenticator) listSessions() []session {
+func (a *Authenticator) listSessions() []session {
 	now := a.s.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -679,7 +685,7 @@ func (a *authenticator) listSessions() []session {
 	return out
 }
 
-func (a *authenticator) session(id string) (session, bool) {
+func (a *Authenticator) session(id string) (session, bool) {
 	now := a.s.now()
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -691,7 +697,7 @@ func (a *authenticator) session(id string) (session, bool) {
 	return *sess, true
 }
 
-func (a *authenticator) deleteSession(id string) bool {
+func (a *Authenticator) deleteSession(id string) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	sess, ok := a.byID[id]
@@ -703,7 +709,7 @@ func (a *authenticator) deleteSession(id string) bool {
 
 // dropAccountSessions ends an account's sessions except keep (the one
 // changing its own password stays logged in).
-func (a *authenticator) dropAccountSessions(uid string, keep string) {
+func (a *Authenticator) DropAccountSessions(uid string, keep string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, sess := range a.byID {
@@ -714,19 +720,19 @@ func (a *authenticator) dropAccountSessions(uid string, keep string) {
 	a.notifyLocked()
 }
 
-func (a *authenticator) sessionCount() int {
+func (a *Authenticator) SessionCount() int {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return len(a.byID)
 }
 
-func (a *authenticator) policy() (timeout time.Duration, threshold int, lockFor time.Duration) {
+func (a *Authenticator) Policy() (timeout time.Duration, threshold int, lockFor time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.timeout, a.threshold, a.lockFor
 }
 
-func (a *authenticator) setPolicy(timeout *time.Duration, threshold *int, lockFor *time.Duration) {
+func (a *Authenticator) SetPolicy(timeout *time.Duration, threshold *int, lockFor *time.Duration) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if timeout != nil {

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ import (
 // ignored unless the struct names them. Pointer fields tell "absent" (nil)
 // from "present"; JSON null is accepted only for rf:"nullable" fields.
 // The body must be application/json (415) and at most MaxBodyBytes (413).
-func (s *Server) Decode(c echo.Context, dst any) error {
+func (s *Service) Decode(c echo.Context, dst any) error {
 	r := c.Request()
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
@@ -55,11 +55,11 @@ func (s *Server) Decode(c echo.Context, dst any) error {
 		}
 		return ErrMalformedJSON().WithCause(err)
 	}
-	return decodeJSON(raw, dst)
+	return DecodeJSON(raw, dst)
 }
 
 // decodeJSON is Decode without the HTTP parts, for tests and fuzzing.
-func decodeJSON(raw []byte, dst any) error {
+func DecodeJSON(raw []byte, dst any) error {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()
 	var v any
@@ -90,7 +90,7 @@ func join(path, name string) string {
 }
 
 // valueText is a value as the messages quote it.
-func valueText(v any) string {
+func ValueText(v any) string {
 	if s, ok := v.(string); ok {
 		return s
 	}
@@ -145,7 +145,7 @@ func structFields(t reflect.Type) map[string]fieldInfo {
 // decodeValue stores the JSON value v (from a UseNumber decoder) into rv,
 // reporting problems against the property path.
 func decodeValue(path string, v any, rv reflect.Value, enumTag string) error {
-	typeErr := func() error { return ErrPropertyValueType(valueText(v), path) }
+	typeErr := func() error { return ErrPropertyValueType(ValueText(v), path) }
 	if rv.Kind() == reflect.Pointer {
 		if v == nil {
 			rv.SetZero()

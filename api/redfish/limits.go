@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"context"
@@ -68,7 +68,7 @@ type Transport struct {
 	CertCheckInterval time.Duration
 }
 
-func (t *Transport) defaults() {
+func (t *Transport) Defaults() {
 	def := func(v *time.Duration, d time.Duration) {
 		if *v <= 0 {
 			*v = d
@@ -106,10 +106,16 @@ const hstsValue = "max-age=31536000; includeSubDomains"
 // login's; nothing else reads a body before its credentials are checked.
 const loginBodyLimit = 16 << 10
 
+// GuardListener holds the connections ln accepts to the transport's caps
+// (Transport.MaxConns and the unauthenticated bounds).
+func (s *Service) GuardListener(ln net.Listener) net.Listener {
+	return &limitListener{Listener: ln, t: s.conns}
+}
+
 // transport is the HTTP handler in front of echo: HSTS, the body's read
 // deadline and the response's write deadline. It works with any
 // http.Server; the connection caps come with the listener (ServeListener).
-func (s *Server) transport(next http.Handler) http.Handler {
+func (s *Service) transport(next http.Handler) http.Handler {
 	cfg := s.cfg.Transport
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.TLS != nil {
@@ -124,13 +130,13 @@ func (s *Server) transport(next http.Handler) http.Handler {
 		if r.ContentLength != 0 && r.Body != nil && r.Body != http.NoBody {
 			g := &bodyGuard{body: r.Body, rc: rc, window: cfg.BodyTimeout}
 			p := strings.TrimRight(r.URL.Path, "/")
-			if r.Method == http.MethodPost && s.cfg.Update != nil && p == UpdateUploadURI {
+			if _, upload := s.uploads[p]; upload && r.Method == http.MethodPost {
 				g.quota = int64(cfg.BodyTimeout.Seconds() * float64(cfg.UploadMinRate))
 			}
 			g.extend()
 			r = r.WithContext(context.WithValue(r.Context(), guardKey{}, g))
 			r.Body = g
-			if r.Method == http.MethodPost && p == sessionsURI {
+			if r.Method == http.MethodPost && p == SessionsURI {
 				r.Body = http.MaxBytesReader(w, r.Body, loginBodyLimit)
 			}
 		}
@@ -227,7 +233,7 @@ func (g *bodyGuard) Read(p []byte) (int, error) {
 func (g *bodyGuard) Close() error { return g.body.Close() }
 
 // errRequestTimeout is 408 for a body that came too slowly.
-func (s *Server) errRequestTimeout() *Error {
+func (s *Service) errRequestTimeout() *Error {
 	m := M("Base.OperationTimeout")
 	m.Resolution = fmt.Sprintf("The request body must arrive within %s of the headers (a firmware push: %d KiB/s at least); "+
 		"nothing was changed. Resubmit the request.", s.cfg.Transport.BodyTimeout, s.cfg.Transport.UploadMinRate>>10)
@@ -236,7 +242,7 @@ func (s *Server) errRequestTimeout() *Error {
 
 // setPrincipal records the request's authenticated principal, and that
 // its connection is no longer an anonymous one (connTracker).
-func setPrincipal(c echo.Context, p *Principal) {
+func SetPrincipal(c echo.Context, p *Principal) {
 	c.Set(principalKey, p)
 	if tc, ok := c.Request().Context().Value(connKey{}).(*trackedConn); ok {
 		tc.t.authenticated(tc)
@@ -248,7 +254,7 @@ type connKey struct{}
 
 // connContext is http.Server.ConnContext: requests find their tracked
 // connection under connKey.
-func connContext(ctx context.Context, c net.Conn) context.Context {
+func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	if tc, ok := c.(*tls.Conn); ok {
 		c = tc.NetConn()
 	}

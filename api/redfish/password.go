@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	_ "embed"
@@ -18,10 +18,10 @@ const (
 	defaultMinPasswordLength = 8
 	// lowestMinPasswordLength is as low as an administrator may set the
 	// minimum: below it no password resists guessing offline.
-	lowestMinPasswordLength = 8
+	LowestMinPasswordLength = 8
 	// bcryptMaxPassword: bcrypt reads at most 72 bytes, so a longer
 	// password would be cut without the user knowing.
-	bcryptMaxPassword = 72
+	BcryptMaxPassword = 72
 )
 
 //go:embed passwords/common.txt
@@ -41,16 +41,16 @@ var commonPasswords = func() []string {
 	return slices.Compact(out)
 }()
 
-type passwordPolicy struct{ min, max int }
+type PasswordPolicy struct{ Min, Max int }
 
-func defaultPasswordPolicy() passwordPolicy {
-	return passwordPolicy{min: defaultMinPasswordLength, max: bcryptMaxPassword}
+func defaultPasswordPolicy() PasswordPolicy {
+	return PasswordPolicy{Min: defaultMinPasswordLength, Max: BcryptMaxPassword}
 }
 
-func (p passwordPolicy) valid() error {
-	if p.min < lowestMinPasswordLength || p.max > bcryptMaxPassword || p.min > p.max {
+func (p PasswordPolicy) Valid() error {
+	if p.Min < LowestMinPasswordLength || p.Max > BcryptMaxPassword || p.Min > p.Max {
 		return fmt.Errorf("password length %d to %d: want %d <= MinPasswordLength <= MaxPasswordLength <= %d",
-			p.min, p.max, lowestMinPasswordLength, bcryptMaxPassword)
+			p.Min, p.Max, LowestMinPasswordLength, BcryptMaxPassword)
 	}
 	return nil
 }
@@ -65,11 +65,11 @@ type passwordError struct {
 func (e *passwordError) Error() string { return "password refused: " + e.rule }
 
 // check applies the policy to pw for the account user.
-func (p passwordPolicy) check(user, pw string) error {
-	if n := len(pw); n < p.min || n > p.max {
+func (p PasswordPolicy) Check(user, pw string) error {
+	if n := len(pw); n < p.Min || n > p.Max {
 		return &passwordError{key: "Base.PasswordIncorrectLength", rule: fmt.Sprintf(
 			"The password has %d bytes; it must have %d to %d (AccountService MinPasswordLength and MaxPasswordLength).",
-			n, p.min, p.max)}
+			n, p.Min, p.Max)}
 	}
 	if strings.TrimFunc(pw, unicode.IsSpace) == "" {
 		return &passwordError{key: "Base.PasswordComplexityNotMet",
@@ -94,13 +94,13 @@ func reverse(s string) string {
 }
 
 // passwordGuidance is AccountService.PasswordGuidanceMessage.
-func (p passwordPolicy) guidance() string {
+func (p PasswordPolicy) Guidance() string {
 	return fmt.Sprintf("%d to %d bytes; not only white space, not the user name (or it reversed), "+
-		"and not one of the most common passwords.", p.min, p.max)
+		"and not one of the most common passwords.", p.Min, p.Max)
 }
 
 // errPassword turns a policy refusal into its 400 answer, naming the rule.
-func errPassword(err error) *Error {
+func ErrPassword(err error) *Error {
 	var pe *passwordError
 	if !errors.As(err, &pe) {
 		return ErrInternal(err)
@@ -108,13 +108,13 @@ func errPassword(err error) *Error {
 	return NewError(http.StatusBadRequest, Msg{Key: pe.key, Resolution: pe.rule}.WithRelated("Password"))
 }
 
-func (a *authenticator) passwordPolicy() passwordPolicy {
+func (a *Authenticator) PasswordPolicy() PasswordPolicy {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.pw
 }
 
-func (a *authenticator) setPasswordPolicy(p passwordPolicy) {
+func (a *Authenticator) SetPasswordPolicy(p PasswordPolicy) {
 	a.mu.Lock()
 	a.pw = p
 	a.mu.Unlock()

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"bytes"
@@ -15,14 +15,12 @@ import (
 	"time"
 
 	"github.com/labstack/echo/v4"
-
-	"cxlpool/dcd"
 )
 
 const (
-	eventServiceURI  = "/redfish/v1/EventService"
-	subscriptionsURI = eventServiceURI + "/Subscriptions"
-	sseURI           = eventServiceURI + "/SSE"
+	EventServiceURI  = "/redfish/v1/EventService"
+	subscriptionsURI = EventServiceURI + "/Subscriptions"
+	sseURI           = EventServiceURI + "/SSE"
 )
 
 // Event is something that happened, published on the service's bus: it
@@ -35,7 +33,7 @@ type Event struct {
 	Origin string
 	// Host scopes the event to one host: host principals see only events
 	// of their own host; events without a host are for appliance viewers.
-	Host *dcd.HostID
+	Host *HostID
 	// Resolution replaces the registry's resolution with what to do about
 	// this event (EventRecord.Resolution), e.g. for lost capacity.
 	Resolution string
@@ -72,7 +70,7 @@ func eventType(key string) string {
 
 // bus fans events out to streams and subscriptions.
 type bus struct {
-	s *Server
+	s *Service
 
 	mu      sync.Mutex
 	first   int64                 // ids of this run are above first
@@ -105,7 +103,7 @@ const replayLen = 1024
 // so ids keep increasing across daemon restarts (unless the clock goes
 // back) and a client's Last-Event-ID from before a restart is not mistaken
 // for one of this run's events.
-func newBus(s *Server) *bus {
+func newBus(s *Service) *bus {
 	start := s.now().UnixMicro()
 	return &bus{s: s, first: start, next: start, streams: map[chan Event]string{}, pushers: map[int64]*pusher{}}
 }
@@ -113,7 +111,7 @@ func newBus(s *Server) *bus {
 // Publish records ev in the EventLog and delivers it to SSE streams and
 // push subscriptions. It never blocks on a slow consumer: a stream that
 // cannot keep up loses events, a push queue that is full drops the oldest.
-func (s *Server) Publish(ev Event) {
+func (s *Service) Publish(ev Event) {
 	ev.Time = s.now()
 	b := s.bus
 	b.mu.Lock()
@@ -214,7 +212,7 @@ func visible(p *Principal, ev Event) bool {
 }
 
 // eventBody renders events as one Redfish Event resource.
-func (s *Server) eventBody(id string, context string, evs ...Event) Obj {
+func (s *Service) eventBody(id string, context string, evs ...Event) Obj {
 	recs := make([]Obj, 0, len(evs))
 	for i, ev := range evs {
 		m := s.reg.Resolve(Msg{Key: ev.MessageKey, Args: ev.Args})
@@ -222,7 +220,7 @@ func (s *Server) eventBody(id string, context string, evs ...Event) Obj {
 			"MemberId":        strconv.Itoa(i),
 			"EventId":         strconv.FormatInt(ev.ID, 10),
 			"EventType":       eventType(ev.MessageKey),
-			"EventTimestamp":  ev.Time.Format(timeFormat),
+			"EventTimestamp":  ev.Time.Format(TimeFormat),
 			"MessageId":       m.MessageID,
 			"Message":         m.Message,
 			"MessageArgs":     m.MessageArgs,
@@ -248,8 +246,8 @@ func (s *Server) eventBody(id string, context string, evs ...Event) Obj {
 	return o
 }
 
-// startFeeders turns the Manager's changes into events until Close.
-func (s *Server) startFeeders() {
+// startFeeders starts a pusher for each stored subscription.
+func (s *Service) startFeeders() {
 	subs, err := s.store.Subscriptions(s.ctx)
 	if err != nil {
 		s.log.Error("loading event subscriptions", "err", err)
@@ -257,72 +255,6 @@ func (s *Server) startFeeders() {
 	for _, sub := range subs {
 		s.bus.startPusher(sub)
 	}
-	s.announceStartLosses() // stranded.go
-	if s.mgr == nil {
-		return
-	}
-	ch, cancel := s.mgr.Subscribe(256)
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer cancel()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case c, ok := <-ch:
-				if !ok {
-					return
-				}
-				for _, ev := range changeEvents(c) {
-					s.Publish(ev)
-				}
-			}
-		}
-	}()
-}
-
-// changeEvents maps a capacity change to the events clients see, with the
-// URIs of the resources it touched (see uris.go).
-func changeEvents(c dcd.Change) []Event {
-	host := func(h dcd.HostID) *dcd.HostID { return &h }
-	switch c.Kind {
-	case dcd.ChangeChunk:
-		key := MsgResourceChanged
-		switch c.Message {
-		case "reserved":
-			key = MsgResourceCreated
-		case "deleted":
-			key = MsgResourceRemoved
-		}
-		return []Event{{MessageKey: key, Origin: ChunkURI(c.Chunk)}}
-	case dcd.ChangeGrant:
-		if c.Grant == nil {
-			return nil
-		}
-		key := MsgStateChanged
-		args := []string{ConnectionURI(c.Grant.ID), string(c.Grant.State)}
-		switch c.Grant.State {
-		case dcd.GrantAdding:
-			key, args = MsgResourceCreated, nil
-		case dcd.GrantReleased:
-			key, args = MsgResourceRemoved, nil
-		}
-		return []Event{{MessageKey: key, Args: args, Origin: ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
-	case dcd.ChangeHost:
-		if c.Message == dcd.QuotaChanged { // a setting, not a state (systempatch.go)
-			return []Event{{MessageKey: MsgResourceChanged, Origin: SystemURI(c.Host), Host: host(c.Host)}}
-		}
-		return []Event{{MessageKey: MsgStateChanged, Args: []string{SystemURI(c.Host), c.Message},
-			Origin: SystemURI(c.Host), Host: host(c.Host)}}
-	case dcd.ChangeOrphan, dcd.ChangeDevice:
-		msg := c.Message
-		if msg == "" {
-			msg = string(c.Kind)
-		}
-		return []Event{{MessageKey: MsgStateChanged, Args: []string{DCDURI, msg}, Origin: DCDURI}}
-	}
-	return nil
 }
 
 // --- EventService resources ---
@@ -341,8 +273,8 @@ type subscriptionCreate struct {
 
 func subscriptionURI(id int64) string { return subscriptionsURI + "/" + strconv.FormatInt(id, 10) }
 
-func (s *Server) eventRoutes() {
-	s.Handle(http.MethodGet, eventServiceURI, PrivLogin, func(c echo.Context) error {
+func (s *Service) eventRoutes() {
+	s.Handle(http.MethodGet, EventServiceURI, PrivLogin, func(c echo.Context) error {
 		es := s.eventService()
 		if PrincipalOf(c).IsHost() {
 			// Push subscriptions are for appliance operators; a host
@@ -394,9 +326,9 @@ func (s *Server) eventRoutes() {
 	})
 }
 
-func (s *Server) eventService() Obj {
+func (s *Service) eventService() Obj {
 	return Obj{
-		"@odata.id":                    eventServiceURI,
+		"@odata.id":                    EventServiceURI,
 		"@odata.type":                  "#EventService.v1_12_0.EventService",
 		"Id":                           "EventService",
 		"Name":                         "Event Service",
@@ -413,7 +345,7 @@ func (s *Server) eventService() Obj {
 	}
 }
 
-func (s *Server) subscription(sub Subscription) Obj {
+func (s *Service) subscription(sub Subscription) Obj {
 	return Obj{
 		"@odata.id":        subscriptionURI(sub.ID),
 		"@odata.type":      "#EventDestination.v1_16_0.EventDestination",
@@ -424,13 +356,13 @@ func (s *Server) subscription(sub Subscription) Obj {
 		"Context":          sub.Context,
 		"SubscriptionType": "RedfishEvent",
 		"EventFormatType":  "Event",
-		"RegistryPrefixes": nonNil(sub.RegistryPrefixes),
-		"MessageIds":       nonNil(sub.MessageIDs),
+		"RegistryPrefixes": NonNil(sub.RegistryPrefixes),
+		"MessageIds":       NonNil(sub.MessageIDs),
 		"Status":           Obj{"State": "Enabled", "Health": "OK"},
 	}
 }
 
-func (s *Server) findSubscription(c echo.Context) (Subscription, error) {
+func (s *Service) findSubscription(c echo.Context) (Subscription, error) {
 	id := c.Param("id")
 	subs, err := s.store.Subscriptions(c.Request().Context())
 	if err != nil {
@@ -447,7 +379,7 @@ func (s *Server) findSubscription(c echo.Context) (Subscription, error) {
 // maxSubscriptions bounds push subscriptions.
 const maxSubscriptions = 32
 
-func (s *Server) createSubscription(c echo.Context) error {
+func (s *Service) createSubscription(c echo.Context) error {
 	var req subscriptionCreate
 	if err := s.Decode(c, &req); err != nil {
 		return err
@@ -478,7 +410,7 @@ func (s *Server) createSubscription(c echo.Context) error {
 
 // deleteOwnedSubscriptions removes the push subscriptions of a deleted
 // account: they deliver with its authority, which is gone.
-func (s *Server) deleteOwnedSubscriptions(ctx context.Context, uid string) {
+func (s *Service) DeleteOwnedSubscriptions(ctx context.Context, uid string) {
 	subs, err := s.store.Subscriptions(ctx)
 	if err != nil {
 		s.log.Error("deleting a removed account's subscriptions", "err", err)
@@ -500,7 +432,7 @@ func (s *Server) deleteOwnedSubscriptions(ctx context.Context, uid string) {
 
 // serveSSE streams events as text/event-stream until the client leaves,
 // its principal changes (account deleted, disabled, renamed, given another
-// role or host, password changed, session ended: authenticator.watch) or
+// role or host, password changed, session ended: Authenticator.Watch) or
 // the service stops. Each message is one Event resource; its SSE id is the
 // event id.
 //
@@ -508,7 +440,7 @@ func (s *Server) deleteOwnedSubscriptions(ctx context.Context, uid string) {
 // first, as far as the last replayLen events reach; if some were already
 // dropped the stream says so in a comment line. An id from before a
 // restart (larger than any of this run's) replays everything kept.
-func (s *Server) serveSSE(c echo.Context) error {
+func (s *Service) serveSSE(c echo.Context) error {
 	p := PrincipalOf(c)
 	after := int64(-1)
 	if v := c.Request().Header.Get("Last-Event-ID"); v != "" {
@@ -523,7 +455,7 @@ func (s *Server) serveSSE(c echo.Context) error {
 		return err
 	}
 	defer cancel()
-	alive, stop := s.auth.watch(c.Request().Context(), p)
+	alive, stop := s.auth.Watch(c.Request().Context(), p)
 	defer stop()
 	res := c.Response()
 	res.Header().Set("Content-Type", "text/event-stream")
@@ -566,7 +498,7 @@ func (s *Server) serveSSE(c echo.Context) error {
 			if len(replay) > 0 && ev.ID <= replay[len(replay)-1].ID {
 				continue // already sent in the replay
 			}
-			if !s.auth.valid(p) {
+			if !s.auth.Valid(p) {
 				return nil // checked again per event: never one after the principal changed
 			}
 			if err := s.writeSSE(res, p, ev); err != nil {
@@ -578,12 +510,12 @@ func (s *Server) serveSSE(c echo.Context) error {
 }
 
 // writeSSE writes ev as one SSE message if p may see it.
-func (s *Server) writeSSE(w io.Writer, p *Principal, ev Event) error {
+func (s *Service) writeSSE(w io.Writer, p *Principal, ev Event) error {
 	if !visible(p, ev) {
 		return nil
 	}
 	id := strconv.FormatInt(ev.ID, 10)
-	b, err := encodeJSON(s.eventBody(id, "", ev))
+	b, err := EncodeJSON(s.eventBody(id, "", ev))
 	if err != nil {
 		return err
 	}
@@ -659,7 +591,7 @@ func (p *pusher) wants(ev Event) bool {
 	return true
 }
 
-func (s *Server) runPusher(p *pusher) {
+func (s *Service) runPusher(p *pusher) {
 	for {
 		select {
 		case <-s.ctx.Done():
@@ -686,8 +618,8 @@ func (s *Server) runPusher(p *pusher) {
 
 // deliver POSTs one event, retrying; it returns false when the pusher
 // must stop.
-func (s *Server) deliver(p *pusher, ev Event) bool {
-	body, err := encodeJSON(s.eventBody(strconv.FormatInt(ev.ID, 10), p.sub.Context, ev))
+func (s *Service) deliver(p *pusher, ev Event) bool {
+	body, err := EncodeJSON(s.eventBody(strconv.FormatInt(ev.ID, 10), p.sub.Context, ev))
 	if err != nil {
 		s.log.Error("encoding event", "err", err)
 		return true
@@ -717,7 +649,7 @@ func (s *Server) deliver(p *pusher, ev Event) bool {
 	}
 }
 
-func (s *Server) post(dest string, body []byte) error {
+func (s *Service) post(dest string, body []byte) error {
 	req, err := http.NewRequestWithContext(s.ctx, http.MethodPost, dest, bytes.NewReader(body))
 	if err != nil {
 		return err

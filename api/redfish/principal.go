@@ -1,13 +1,7 @@
-package api
+package redfish
 
 import (
-	"fmt"
-	"strconv"
-	"strings"
-
 	"github.com/labstack/echo/v4"
-
-	"cxlpool/dcd"
 )
 
 // Privilege is a set of privileges. A route declares the set it accepts:
@@ -90,7 +84,7 @@ type Role struct {
 
 // Roles are the predefined roles in display order. They are fixed: the
 // service does not create custom roles.
-var roles = []Role{
+var Roles = []Role{
 	{ID: RoleAdministrator, Description: "Administrator User Role",
 		Privileges: PrivLogin | PrivConfigureManager | PrivConfigureUsers | PrivConfigureComponents | PrivConfigureSelf | PrivApplianceView},
 	{ID: RoleOperator, Description: "Operator User Role",
@@ -103,13 +97,19 @@ var roles = []Role{
 
 // LookupRole returns the predefined role with the given Id.
 func LookupRole(id string) (Role, bool) {
-	for _, r := range roles {
+	for _, r := range Roles {
 		if r.ID == id {
 			return r, true
 		}
 	}
 	return Role{}, false
 }
+
+// HostID names a host the service's resources belong to. An account
+// bound to one (host isolation) sees only that host's resources; tasks and
+// events concern a host so that only its accounts and the operators see
+// them. The device's own host numbers convert to it.
+type HostID uint16
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
@@ -123,17 +123,17 @@ type Principal struct {
 	Privileges Privilege
 	// HostID is set for host-bound accounts: they see and change only
 	// their own host's resources.
-	HostID *dcd.HostID
+	HostID *HostID
 	// SessionID is the Redfish session the request came with; empty for
 	// HTTP Basic.
 	SessionID string
 	// passwordChange: the account must change its password first
 	// (ManagerAccount.PasswordChangeRequired); until then it may only
 	// read its account and session, set its password and log out.
-	passwordChange bool
+	PasswordChange bool
 	// passwordHash is the account's hash when it authenticated: a Basic
 	// principal's stream ends when the password changes.
-	passwordHash string
+	PasswordHash string
 }
 
 // Has reports whether the principal holds any privilege in p.
@@ -143,7 +143,7 @@ func (p *Principal) Has(priv Privilege) bool { return p != nil && p.Privileges&p
 // principal. A host-bound principal sees only its own host; handlers answer
 // 404 ResourceNotFound (never 403) for the others, so that a host cannot
 // even learn which other hosts' resources exist.
-func (p *Principal) CanSeeHost(id dcd.HostID) bool {
+func (p *Principal) CanSeeHost(id HostID) bool {
 	if p == nil {
 		return false
 	}
@@ -154,28 +154,11 @@ func (p *Principal) CanSeeHost(id dcd.HostID) bool {
 func (p *Principal) IsHost() bool { return p != nil && p.HostID != nil }
 
 // principalKey is the echo context key of the request's Principal.
-const principalKey = "cxlpool.principal"
+const principalKey = "redfish.principal"
 
 // PrincipalOf returns the request's principal, or nil on public routes
 // reached without credentials.
 func PrincipalOf(c echo.Context) *Principal {
 	p, _ := c.Get(principalKey).(*Principal)
 	return p
-}
-
-// SystemID is the ComputerSystem Id of host h (/redfish/v1/Systems/{id}).
-// Host-bound accounts name their host by it.
-func SystemID(h dcd.HostID) string { return "Host" + strconv.Itoa(int(h)) }
-
-// ParseSystemID is the inverse of SystemID.
-func ParseSystemID(id string) (dcd.HostID, error) {
-	n, ok := strings.CutPrefix(id, "Host")
-	if !ok || n == "" || (len(n) > 1 && n[0] == '0') {
-		return 0, fmt.Errorf("system id %q: want Host<LD-ID>", id)
-	}
-	v, err := strconv.ParseUint(n, 10, 16)
-	if err != nil {
-		return 0, fmt.Errorf("system id %q: %w", id, err)
-	}
-	return dcd.HostID(v), nil
 }

@@ -1,4 +1,4 @@
-package api
+package redfish
 
 import (
 	"mime"
@@ -27,7 +27,7 @@ import (
 // Sessions need neither: X-Auth-Token is a header no page of another
 // origin can set (that too needs a preflight), which is why the web
 // console signs in with a session and sends X-Requested-With.
-func (s *Server) basicRequestRule(r *http.Request, p *Principal, pattern string) *Error {
+func (s *Service) basicRequestRule(r *http.Request, p *Principal, pattern string) *Error {
 	switch r.Method {
 	case http.MethodPost, http.MethodPatch, http.MethodPut, http.MethodDelete:
 	default:
@@ -50,7 +50,7 @@ func (s *Server) basicRequestRule(r *http.Request, p *Principal, pattern string)
 	}
 	ct := r.Header.Get("Content-Type")
 	mt, _, err := mime.ParseMediaType(ct)
-	if err == nil && (mt == "application/json" || (mt == "multipart/form-data" && pattern == UpdateUploadURI)) {
+	if err == nil && (mt == "application/json" || (mt == "multipart/form-data" && s.uploads[pattern] > 0)) {
 		return nil
 	}
 	if ct == "" {
