@@ -46,6 +46,8 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
+	"cxlpool/host/report"
+	"cxlpool/host/share"
 	"cxlpool/rdma"
 )
 
@@ -143,6 +145,11 @@ type Config struct {
 	// Transport bounds the listener's timeouts and connections
 	// (limits.go).
 	Transport Transport
+	// HostReports and Shares are the host agents' reports and the share
+	// allowances (hostreports.go). Nil: a store of the API's own, and
+	// DataDir/shares.json.
+	HostReports *report.Store
+	Shares      *share.Policy
 }
 
 // Lockout is the account lockout policy: Threshold consecutive failed

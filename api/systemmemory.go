@@ -19,6 +19,7 @@ func (s *Server) systemMemoryRoutes() {
 	if s.capacity == nil {
 		return
 	}
+	s.hostReportRoutes() // what host agents report (hostreports.go)
 	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory", PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
@@ -36,7 +37,7 @@ func (s *Server) systemMemoryRoutes() {
 		}
 		return s.WriteCollection(c, Collection{ODataID: uri, ODataType: "#MemoryCollection.MemoryCollection",
 			Name: SystemID(h) + " Pool Memory", Members: members,
-			Expand: func(m string) (any, error) { return memory(v, byURI[m]), nil }})
+			Expand: func(m string) (any, error) { return s.memory(v, byURI[m]), nil }})
 	})
 	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory/:mem", PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
@@ -46,7 +47,7 @@ func (s *Server) systemMemoryRoutes() {
 		if n, ok := parseID(c.Param("mem")); ok {
 			for _, g := range v.hostGrants(h) {
 				if g.Chunk == dcd.ChunkID(n) && g.State == dcd.GrantGranted {
-					return s.WriteResource(c, http.StatusOK, memory(v, g))
+					return s.WriteResource(c, http.StatusOK, s.memory(v, g))
 				}
 			}
 		}
@@ -54,7 +55,7 @@ func (s *Server) systemMemoryRoutes() {
 	})
 }
 
-func memory(v *poolView, g dcd.Grant) Obj {
+func (s *Server) memory(v *poolView, g dcd.Grant) Obj {
 	id := strconv.FormatInt(int64(g.Chunk), 10)
 	o := Obj{
 		"@odata.id":            SystemMemoryURI(g.Host, g.Chunk),
@@ -72,10 +73,12 @@ func memory(v *poolView, g dcd.Grant) Obj {
 			"MemoryMediaSources": Links(ChunkURI(g.Chunk)),
 			"Endpoints":          Links(TargetURI(g.Host)),
 		},
-		"Oem": oemschema.Oem("Memory", Obj{"Connection": Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}),
 	}
+	oem := Obj{"Connection": Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}
 	if ch, ok := v.chunk(g.Chunk); ok {
 		o["Links"].(Obj)["MemoryRegionMediaSources"] = Links(MemoryRegionURI(g.Host, ch.Region))
+		oem["Host"] = s.hostMemoryState(g.Host, ch.Tag.String()) // hostreports.go
 	}
+	o["Oem"] = oemschema.Oem("Memory", oem)
 	return o
 }
