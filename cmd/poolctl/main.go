@@ -235,12 +235,12 @@ func commands() []command {
 		{"connections", "", "connections (grants of chunks to hosts)", cmdConnections},
 		{"request", "SIZE [--host HostN] [--shared] [--name N] [--wait=false]", "reserve SIZE and connect it to a host (yours by default)", cmdRequest},
 		{"share", "CHUNK --host HostN", "connect an existing sharable chunk to another host", cmdShare},
-		{"release", "CONNECTION | --chunk CHUNK [--free]", "take capacity back from hosts; --free also frees the chunk", cmdRelease},
+		{"release", "CONNECTION | --chunk CHUNK [--free] [--force]", "take capacity back from hosts; --free also frees the chunk; --force even from programs using it", cmdRelease},
 		{"resize", "HostN SIZE [--dry-run]", "bring a host to SIZE: grow by one new chunk, shrink by releasing whole chunks", cmdResize},
 		{"free", "CHUNK... | --stranded", "return chunks that no host uses to the pool; --stranded: every chunk lost grants left", cmdFree},
 		{"watch", "[--count N] [--after EVENT_ID]", "print events as they happen, each with its event id (Ctrl-C stops)", cmdWatch},
 		{"accounts", "[list | add NAME --role ROLE [--system HostN] [--temporary] | remove NAME | unlock NAME]", "manage accounts (administrators)", cmdAccounts},
-		{"host", "[list | attach SIZE [--name N] [--shared] | detach TAG [--force]] [--agent SOCKET]", "on a host: attach pool memory through the local agent (cxlhost) and print how to map it", cmdHost},
+		{"host", "[list | attach SIZE [--name N] [--shared NAME] | detach TAG [--wait] [--force]] [--agent SOCKET]", "on a host: attach pool memory through the local agent (cxlhost) and print how to map it", cmdHost},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 	}
 }

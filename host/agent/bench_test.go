@@ -29,7 +29,7 @@ func BenchmarkAttach(b *testing.B) {
 		grant = append(grant, at.GrantSeconds)
 		usable = append(usable, at.UsableSeconds)
 		start := time.Now()
-		if _, err := a.Detach(ctx, at.Tag, false); err != nil {
+		if _, err := a.Detach(ctx, at.Tag, agent.DetachOptions{}); err != nil {
 			b.Fatal(err)
 		}
 		detach = append(detach, time.Since(start).Seconds())

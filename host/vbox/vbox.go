@@ -70,6 +70,7 @@ type Backend struct {
 	log   *slog.Logger
 	hello sim.HostHello
 	mem   *os.File
+	memID fileID // the memory file's device and inode, to find other processes' mappings
 	path  string
 	ep    *mctp.Endpoint
 	kick  chan struct{}
@@ -94,7 +95,10 @@ type tagState struct {
 	pending   []cci.ExtentRange // release asked by the device, waiting for the last unmap
 }
 
-var _ host.Backend = (*Backend)(nil)
+var (
+	_ host.Backend  = (*Backend)(nil)
+	_ host.Notifier = (*Backend)(nil)
+)
 
 // Dial connects to the head's external host socket ("unix:PATH" or PATH)
 // and starts answering the device. The Backend lives until Close or until
@@ -117,8 +121,14 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("vbox: %s: %w", addr, err)
 	}
+	memID, err := fileIDOf(mem)
+	if err != nil {
+		_ = mem.Close()
+		_ = c.Close()
+		return nil, err
+	}
 	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With("ld", hello.LD), hello: hello, mem: mem,
+		cfg: cfg, log: cfg.Logger.With("ld", hello.LD), hello: hello, mem: mem, memID: memID,
 		path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), mem.Fd()),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		changed: make(chan struct{}), tags: map[string]*tagState{},
@@ -458,7 +468,7 @@ func (b *Backend) releasable() []string {
 	defer b.mu.Unlock()
 	var ready []string
 	for tag, t := range b.tags {
-		if len(t.pending) > 0 && len(t.maps) == 0 {
+		if len(t.pending) > 0 && (t.releasing || !b.inUse(t)) {
 			ready = append(ready, tag)
 		}
 	}
@@ -470,7 +480,7 @@ func (b *Backend) answerRelease(ctx context.Context, tag string) error {
 	b.mu.Lock()
 	t := b.tags[tag]
 	var rs []cci.ExtentRange
-	if t != nil && len(t.maps) == 0 {
+	if t != nil && len(t.maps) == 0 && (t.releasing || !b.inUse(t)) {
 		rs, t.pending = t.pending, nil
 		t.releasing = true
 	}
@@ -512,7 +522,8 @@ func (b *Backend) Identity(ctx context.Context) (host.Identity, error) {
 }
 
 func (b *Backend) capacity(tag string, t *tagState) host.Capacity {
-	c := host.Capacity{Tag: tag, Path: b.path, Kind: "simfile", InUse: len(t.maps) > 0, Releasing: t.releasing}
+	c := host.Capacity{Tag: tag, Path: b.path, Kind: "simfile", InUse: b.inUse(t), Releasing: t.releasing,
+		ReleasePending: len(t.pending) > 0}
 	for _, e := range t.extents {
 		c.Extents = append(c.Extents, host.Extent{DPA: e.DPA, Offset: e.DPA, Length: e.Length})
 		c.Size += e.Length
@@ -575,6 +586,19 @@ func (b *Backend) WaitGone(ctx context.Context, tag string) error {
 	}
 }
 
+// inUse: mapped through Map, or by another process through the memory
+// file (procmaps.go). Caller holds b.mu.
+func (b *Backend) inUse(t *tagState) bool {
+	return len(t.maps) > 0 || overlaps(otherMappings(b.memID, os.Getpid()), t.extents)
+}
+
+// Changed is closed at the next change of the tags (host.Notifier).
+func (b *Backend) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
 // List returns the held tags.
 func (b *Backend) List(context.Context) ([]host.Capacity, error) {
 	b.mu.Lock()
@@ -601,6 +625,9 @@ func (b *Backend) Release(ctx context.Context, tag string, force bool) error {
 		n := len(t.maps)
 		b.mu.Unlock()
 		return fmt.Errorf("vbox: tag %s: %d mapping(s) open: %w", tag, n, host.ErrBusy)
+	case !force && b.inUse(t):
+		b.mu.Unlock()
+		return fmt.Errorf("vbox: tag %s: another process maps it: %w", tag, host.ErrBusy)
 	}
 	for m := range t.maps {
 		m.unmapLocked()
