@@ -6,6 +6,7 @@ package apitest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,6 +66,9 @@ type Options struct {
 	// AddTimeout is how long a host may take to accept offered capacity
 	// (2 s if zero); tests of hosts that never answer shorten it.
 	AddTimeout time.Duration
+	// ReleaseTimeout is how long a host may take to give capacity back
+	// before the release is forced (2 s if zero).
+	ReleaseTimeout time.Duration
 	// Board edits board management's configuration (the management
 	// computer's sensors come from bmc/hwmon's fixture tree by default).
 	Board func(*appliance.BoardConfig)
@@ -118,7 +122,7 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		addTimeout = 2 * time.Second
 	}
 	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: dir, Sim: scfg,
-		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: 2 * time.Second, Synchronous: "NORMAL", ExportListen: "127.0.0.1:0",
+		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: cmp.Or(o.ReleaseTimeout, 2*time.Second), Synchronous: "NORMAL", ExportListen: "127.0.0.1:0",
 		Board: boardConfig(t, o)})
 	if err != nil {
 		cancel()

@@ -27,12 +27,17 @@ type rig struct {
 	backends [2]*vbox.Backend
 }
 
-func newRig(t testing.TB) *rig {
+func newRig(t testing.TB) *rig { return newRigWith(t, apitest.Options{}) }
+
+// newRigWith is newRig with the box's options (its virtual box is always
+// the small one below).
+func newRigWith(t testing.TB, o apitest.Options) *rig {
 	t.Helper()
-	env := apitest.NewServer(t, apitest.Options{Sim: func(c *sim.Config) {
+	o.Sim = func(c *sim.Config) {
 		c.Capacity = 16 << 30
 		c.WorkloadTick = -1
-	}})
+	}
+	env := apitest.NewServer(t, o)
 	r := &rig{env: env}
 	box := env.App.Box
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,7 +85,14 @@ func (r *rig) boxClient(t testing.TB, user, password string) *client.Client {
 // agentAt enrolls an agent for head ld as user and serves its local API.
 func (r *rig) agentAt(t testing.TB, ld int, user string) *agent.LocalClient {
 	t.Helper()
-	a, err := agent.New(t.Context(), agent.Config{Backend: r.backends[ld], Box: r.boxClient(t, user, apitest.UserPassword)})
+	return r.agentWith(t, ld, user, agent.Config{})
+}
+
+// agentWith is agentAt with cfg's Heartbeat and Version.
+func (r *rig) agentWith(t testing.TB, ld int, user string, cfg agent.Config) *agent.LocalClient {
+	t.Helper()
+	cfg.Backend, cfg.Box = r.backends[ld], r.boxClient(t, user, apitest.UserPassword)
+	a, err := agent.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
