@@ -387,10 +387,12 @@ func (a *Agent) Detach(ctx context.Context, tag string, opt DetachOptions) (Deta
 	if conn == "" {
 		return out, fmt.Errorf("agent: detach %s: %w", tag, ErrNotAttached)
 	}
+	start := a.cfg.Clock()
 	if err := a.releaseOnHost(ctx, tag, opt); err != nil {
 		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
 	a.Kick()
+	boxStart := a.cfg.Clock()
 	if err := a.cfg.Box.DeleteAndWait(ctx, conn, nil); err != nil {
 		// The box kept the grant: so does the host, usable as before
 		// (unless the device asked for it back meanwhile).
@@ -399,9 +401,12 @@ func (a *Agent) Detach(ctx context.Context, tag string, opt DetachOptions) (Deta
 		}
 		return out, fmt.Errorf("agent: detach %s: release %s: %w", tag, conn, err)
 	}
+	released := a.cfg.Clock()
 	if err := a.cfg.Backend.WaitGone(ctx, tag); err != nil {
 		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
+	gone := a.cfg.Clock()
+	out.ReleaseSeconds, out.GoneSeconds = released.Sub(boxStart).Seconds(), gone.Sub(start).Seconds()
 	// A host account sees only its own grant of the chunk, so whether
 	// others hold it shows only in the box's answer.
 	switch err := a.cfg.Box.DeleteAndWait(ctx, chunk.ODataID, nil); {
@@ -563,4 +568,9 @@ type Detached struct {
 	Connection string `json:"connection,omitempty"`
 	ChunkFreed bool   `json:"chunk_freed"`
 	Kept       string `json:"kept,omitempty"`
+	// ReleaseSeconds is the box's part of the release (its task, from
+	// the request until the device took the capacity back); GoneSeconds
+	// how long from the detach until the host no longer held the tag.
+	ReleaseSeconds float64 `json:"release_seconds,omitempty"`
+	GoneSeconds    float64 `json:"gone_seconds,omitempty"`
 }

@@ -4,8 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -18,10 +20,14 @@ import (
 // way lsof does, in every /proc/PID/maps it may read, by the file's device
 // and inode and the mapped file range, so that a tag another process maps
 // counts as in use (the kernel's EBUSY for a DAX device still mapped).
-// This process's own mappings outside Map are not counted (they are its
-// own business: Map is how this process uses a tag), nor are those of
-// processes whose maps it may not read (another user's, without
-// CAP_SYS_PTRACE).
+// Not counted: this process's own mappings outside Map (Map is how this
+// process uses a tag), the box's (the process at the other end of the
+// socket maps the whole file: it is the device's DRAM, not a user), and
+// those of processes whose maps it may not read (another user's, without
+// CAP_SYS_PTRACE). The simulator's limit: on one machine every host's
+// programs map the same file, so a shared tag mapped by a program of any
+// host of the share counts as in use on each of them (conservative: a
+// release waits rather than taking memory from a program).
 
 // fileID is a file's device and inode.
 type fileID struct {
@@ -40,14 +46,33 @@ func fileIDOf(f *os.File) (fileID, error) {
 // fileRange is a mapped range of the memory file.
 type fileRange struct{ off, end uint64 }
 
+// peerPID is the process at the other end of a Unix socket.
+func peerPID(c *net.UnixConn) (int, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, fmt.Errorf("vbox: %w", err)
+	}
+	var cred *unix.Ucred
+	var cerr error
+	if err := raw.Control(func(fd uintptr) {
+		cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED)
+	}); err != nil {
+		return 0, fmt.Errorf("vbox: %w", err)
+	}
+	if cerr != nil {
+		return 0, fmt.Errorf("vbox: the box's process (SO_PEERCRED): %w", cerr)
+	}
+	return int(cred.Pid), nil
+}
+
 // otherMappings returns the ranges of file id that processes other than
-// self map.
-func otherMappings(id fileID, self int) []fileRange {
+// those in skip map.
+func otherMappings(id fileID, skip ...int) []fileRange {
 	paths, _ := filepath.Glob("/proc/[0-9]*/maps")
 	var out []fileRange
 	for _, p := range paths {
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
-		if err != nil || pid == self {
+		if err != nil || slices.Contains(skip, pid) {
 			continue
 		}
 		b, err := os.ReadFile(p)

@@ -66,14 +66,15 @@ const maxRanges = (mailboxPayload - cci.AddDCResponseMinLen) / cci.ExtentRangeLe
 
 // Backend is a host.Backend on the virtual box's external host link.
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	hello sim.HostHello
-	mem   *os.File
-	memID fileID // the memory file's device and inode, to find other processes' mappings
-	path  string
-	ep    *mctp.Endpoint
-	kick  chan struct{}
+	cfg    Config
+	log    *slog.Logger
+	hello  sim.HostHello
+	mem    *os.File
+	memID  fileID // the memory file's device and inode, to find other processes' mappings
+	boxPID int    // the box's process (socket peer), whose own mapping of the file is the device, not a user
+	path   string
+	ep     *mctp.Endpoint
+	kick   chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -127,8 +128,14 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		_ = c.Close()
 		return nil, err
 	}
+	boxPID, err := peerPID(c)
+	if err != nil {
+		_ = mem.Close()
+		_ = c.Close()
+		return nil, err
+	}
 	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With("ld", hello.LD), hello: hello, mem: mem, memID: memID,
+		cfg: cfg, log: cfg.Logger.With("ld", hello.LD), hello: hello, mem: mem, memID: memID, boxPID: boxPID,
 		path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), mem.Fd()),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		changed: make(chan struct{}), tags: map[string]*tagState{},
@@ -589,7 +596,7 @@ func (b *Backend) WaitGone(ctx context.Context, tag string) error {
 // inUse: mapped through Map, or by another process through the memory
 // file (procmaps.go). Caller holds b.mu.
 func (b *Backend) inUse(t *tagState) bool {
-	return len(t.maps) > 0 || overlaps(otherMappings(b.memID, os.Getpid()), t.extents)
+	return len(t.maps) > 0 || overlaps(otherMappings(b.memID, os.Getpid(), b.boxPID), t.extents)
 }
 
 // Changed is closed at the next change of the tags (host.Notifier).
