@@ -299,7 +299,7 @@ func (s *Server) postAttachShare(c echo.Context) error {
 	s.capacity.invalidate()
 	if err != nil {
 		if !found {
-			s.dropShareChunk(context.WithoutCancel(ctx), ch.ID)
+			_ = s.dropShareChunk(context.WithoutCancel(ctx), ch.ID) // logged
 		}
 		return grantRefused(v, ch, h, err, chunkTarget)
 	}
@@ -310,7 +310,7 @@ func (s *Server) postAttachShare(c echo.Context) error {
 	}, func(ctx context.Context, _ *Task) (TaskResult, error) {
 		res, err := s.finishGrants(ctx, ch, []dcd.Grant{g})
 		if err != nil && !found {
-			s.dropShareChunk(context.WithoutCancel(ctx), ch.ID) // nobody holds the new share: no chunk left behind
+			_ = s.dropShareChunk(context.WithoutCancel(ctx), ch.ID) // nobody holds the new share: no chunk left behind (logged)
 		}
 		return res, err
 	})
@@ -318,15 +318,17 @@ func (s *Server) postAttachShare(c echo.Context) error {
 }
 
 // dropShareChunk frees a share's chunk nobody holds.
-func (s *Server) dropShareChunk(ctx context.Context, id dcd.ChunkID) {
-	if err := s.mgr.DeleteChunk(ctx, id); err != nil {
-		s.log.Warn("freeing a share's chunk", "chunk", id, "err", err)
-		return
-	}
+func (s *Server) dropShareChunk(ctx context.Context, id dcd.ChunkID) error {
+	err := s.mgr.DeleteChunk(ctx, id)
 	s.capacity.invalidate()
-	if err := s.capacity.dropOwner(ctx, id); err != nil {
+	if err != nil {
+		s.log.Warn("freeing a share's chunk", "chunk", id, "err", err)
+		return err
+	}
+	if err := s.capacity.dropOwner(context.WithoutCancel(ctx), id); err != nil {
 		s.log.Error("forgetting the owner of a share's chunk", "chunk", id, "err", err)
 	}
+	return nil
 }
 
 func (s *Server) postLeaveShare(c echo.Context) error {
@@ -357,14 +359,8 @@ func (s *Server) postLeaveShare(c echo.Context) error {
 		e.Messages[0].Resolution = fmt.Sprintf("Other hosts still hold share %q; the last to leave frees it.", req.Share)
 		return e
 	}
-	ctx := c.Request().Context()
-	if err := s.mgr.DeleteChunk(ctx, ch.ID); err != nil {
-		s.capacity.invalidate()
+	if err := s.dropShareChunk(c.Request().Context(), ch.ID); err != nil {
 		return FromDomain(err, Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(ch.ID), 10), URI: ChunkURI(ch.ID)})
-	}
-	s.capacity.invalidate()
-	if err := s.capacity.dropOwner(context.WithoutCancel(ctx), ch.ID); err != nil {
-		s.log.Error("forgetting the owner of a share's chunk", "chunk", ch.ID, "err", err)
 	}
 	return s.NoContent(c)
 }

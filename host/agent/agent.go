@@ -392,6 +392,11 @@ func (a *Agent) Detach(ctx context.Context, tag string, opt DetachOptions) (Deta
 		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
 	a.Kick()
+	// From here the host has let go of the tag: finish even if the caller
+	// gives up, so that nothing is left half released (the box's release,
+	// the host dropping the tag, the chunk freed), within a bound.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachFinish)
+	defer cancel()
 	boxStart := a.cfg.Clock()
 	if err := a.cfg.Box.DeleteAndWait(ctx, conn, nil); err != nil {
 		// The box kept the grant: so does the host, usable as before
@@ -559,6 +564,11 @@ func (a *Agent) reportOnce(ctx context.Context) error {
 	defer cancel()
 	return a.cfg.Box.ReportHost(rctx, a.system, r)
 }
+
+// detachFinish bounds the part of a detach that runs on after its caller
+// gave up: the box's release (its own timeout forces a host that does
+// not answer), the host dropping the tag, freeing the chunk.
+const detachFinish = 2 * time.Minute
 
 // Detached is the outcome of a detach: the tag is gone from the host;
 // its chunk is freed unless Kept says why not.
