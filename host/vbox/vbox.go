@@ -8,7 +8,8 @@
 // default), learns the accepted extents from Get DC Extent List (4801h)
 // and answers Release Capacity with Release DC (4803h) once the tag is no
 // longer mapped, so a release waits for the last user (the kernel's EBUSY)
-// unless Release is forced.
+// unless Release is forced. Mapped means through Map or by another
+// process through the memory file (found in /proc/PID/maps, procmaps.go).
 //
 // Memory is the memory file itself: Map maps exactly the tag's accepted
 // extents from it, contiguously; Capacity.Path names the file
