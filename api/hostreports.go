@@ -157,7 +157,9 @@ func (s *Server) systemHostAgent(o Obj, h dcd.HostID) {
 		if !snap.Fresh {
 			a["State"] = "Silent"
 		}
-		a["Reported"] = snap.At.UTC().Format(timeFormat)
+		// Not the report's time: the System's ETag would change at
+		// every heartbeat and fail every If-Match PATCH (the Memory
+		// resources, read-only, carry it).
 		a["TagCount"] = len(snap.Tags)
 		if snap.Agent != "" {
 			a["Agent"] = snap.Agent

@@ -11,7 +11,6 @@ import (
 // HostAgent is ComputerSystem.Oem.CxlPool.HostAgent.
 type HostAgent struct {
 	State    string `json:"State"` // Reporting, Silent or None
-	Reported string `json:"Reported,omitempty"`
 	TagCount int    `json:"TagCount,omitempty"`
 	Agent    string `json:"Agent,omitempty"`
 }

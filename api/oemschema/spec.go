@@ -71,7 +71,6 @@ func extension() []complexType {
 		}},
 		{name: "HostAgent", desc: "A host's agent as the box last heard from it.", props: []prop{
 			str("State", "Reporting, Silent (no report within its time to live: the host or its agent is gone) or None (never reported)."),
-			when("Reported", "When the agent last reported."),
 			integer("TagCount", "The number of tags (grants) the agent last reported."),
 			str("Agent", "The reporting program and its version."),
 		}},

@@ -122,9 +122,9 @@ func agentLine(ag *client.HostAgent) string {
 	case ag == nil || ag.State == "None":
 		return "none reports (no cxlhost runs for this host)"
 	case ag.State == "Silent":
-		return "silent since " + ag.Reported + " (the host or its agent is gone)"
+		return "silent (no report within its time to live: the host or its agent is gone)"
 	}
-	return fmt.Sprintf("reporting (%s, last %s, %d tags)", orDash(ag.Agent), ag.Reported, ag.TagCount)
+	return fmt.Sprintf("reporting (%s, %d tags)", orDash(ag.Agent), ag.TagCount)
 }
 
 // onHostText is a grant's state on its host: "accepted" by the host is

@@ -36,7 +36,7 @@ function AgentBadge({ agent }) {
   if (!agent || agent.State === 'None') return null;
   const silent = agent.State === 'Silent';
   return html` <span class=${'badge ' + (silent ? 'bad' : 'ok')} data-agent=${agent.State}
-    title=${`${agent.Agent || 'host agent'}: last report ${agent.Reported || '?'}, ${agent.TagCount || 0} tags`}>${silent ? 'agent silent' : 'agent'}</span>`;
+    title=${`${agent.Agent || 'host agent'}: ${agent.TagCount || 0} tags`}>${silent ? 'agent silent' : 'agent'}</span>`;
 }
 
 export default function Hosts({ principal, query }) {
