@@ -7,7 +7,11 @@ EXPORT_LISTEN ?= 127.0.0.1:7700
 # The virtual box's hosts run this workload once they hold capacity, so the
 # telemetry shows something live: none, mixed, zipf, hotset or kvcache.
 SIM_WORKLOAD ?= mixed
-# Heads handed to host agents (cxlhost), e.g. EXTERNAL_HOSTS=3=unix:$(PWD)/var/host3.sock
+# Heads handed to host agents (cxlhost), any of the 8, comma separated, e.g.
+# EXTERNAL_HOSTS=0=unix:$(PWD)/var/host0.sock,3=unix:$(PWD)/var/host3.sock; then per head N:
+#   CXLHOST_PASSWORD=... bin/cxlhost --box https://$(LISTEN) --ca var/tls/cert.pem --user hN \
+#       --device vbox:unix:$(PWD)/var/hostN.sock --listen $(PWD)/var/cxlhostN.sock
+# (hN: a HostUser account bound to HostN, poolctl accounts add hN --role HostUser --system HostN).
 EXTERNAL_HOSTS ?=
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2

@@ -36,6 +36,8 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
+	"cxlpool/host/report"
+	"cxlpool/host/share"
 	"cxlpool/kv"
 	"cxlpool/rdma"
 )
@@ -140,6 +142,11 @@ type Config struct {
 	// OnEvent, when set, sees every published event, numbered and timed
 	// (the fleet plane forwards them); it must not block.
 	OnEvent func(redfish.Event)
+	// HostReports and Shares are the host agents' reports and the share
+	// allowances (hostreports.go). Nil: a store of the API's own, and
+	// DataDir/shares.json.
+	HostReports *report.Store
+	Shares      *share.Policy
 }
 
 // Lockout and Transport are the protocol's policies, set through Config.

@@ -20,6 +20,7 @@ func (s *Server) systemMemoryRoutes() {
 	if s.capacity == nil {
 		return
 	}
+	s.hostReportRoutes() // what host agents report (hostreports.go)
 	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
@@ -37,7 +38,7 @@ func (s *Server) systemMemoryRoutes() {
 		}
 		return s.WriteCollection(c, redfish.Collection{ODataID: uri, ODataType: "#MemoryCollection.MemoryCollection",
 			Name: SystemID(h) + " Pool Memory", Members: members,
-			Expand: func(m string) (any, error) { return memory(v, byURI[m]), nil }})
+			Expand: func(m string) (any, error) { return s.memory(v, byURI[m]), nil }})
 	})
 	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory/:mem", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
@@ -47,7 +48,7 @@ func (s *Server) systemMemoryRoutes() {
 		if n, ok := parseID(c.Param("mem")); ok {
 			for _, g := range v.hostGrants(h) {
 				if g.Chunk == dcd.ChunkID(n) && g.State == dcd.GrantGranted {
-					return s.WriteResource(c, http.StatusOK, memory(v, g))
+					return s.WriteResource(c, http.StatusOK, s.memory(v, g))
 				}
 			}
 		}
@@ -55,7 +56,7 @@ func (s *Server) systemMemoryRoutes() {
 	})
 }
 
-func memory(v *poolView, g dcd.Grant) redfish.Obj {
+func (s *Server) memory(v *poolView, g dcd.Grant) redfish.Obj {
 	id := strconv.FormatInt(int64(g.Chunk), 10)
 	o := redfish.Obj{
 		"@odata.id":            SystemMemoryURI(g.Host, g.Chunk),
@@ -73,10 +74,12 @@ func memory(v *poolView, g dcd.Grant) redfish.Obj {
 			"MemoryMediaSources": redfish.Links(ChunkURI(g.Chunk)),
 			"Endpoints":          redfish.Links(TargetURI(g.Host)),
 		},
-		"Oem": oemschema.Oem("Memory", redfish.Obj{"Connection": redfish.Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}),
 	}
+	oem := redfish.Obj{"Connection": redfish.Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}
 	if ch, ok := v.chunk(g.Chunk); ok {
 		o["Links"].(redfish.Obj)["MemoryRegionMediaSources"] = redfish.Links(MemoryRegionURI(g.Host, ch.Region))
+		oem["Host"] = s.hostMemoryState(g.Host, ch.Tag.String()) // hostreports.go
 	}
+	o["Oem"] = oemschema.Oem("Memory", oem)
 	return o
 }

@@ -81,6 +81,7 @@ func (s *Server) patchSystem(c echo.Context) error {
 	ctx := c.Request().Context()
 	current := system(v, h)
 	s.systemBoard(ctx, current, h)
+	s.systemHostAgent(current, h) // hostreports.go
 	if err := s.IfMatch(c, current); err != nil {
 		return err
 	}
@@ -103,6 +104,7 @@ func (s *Server) patchSystem(c echo.Context) error {
 	}
 	o := system(v, h)
 	s.systemBoard(ctx, o, h)
+	s.systemHostAgent(o, h) // hostreports.go
 	held := s.hostCommitted(v, h)
 	if quota == 0 || held <= quota {
 		return s.WriteResource(c, http.StatusOK, o)

@@ -37,6 +37,7 @@ func (s *Server) systemRoutes() {
 				h, _ := ParseSystemID(id)
 				o := system(v, h)
 				s.systemBoard(c.Request().Context(), o, h) // head power (headpower.go)
+				s.systemHostAgent(o, h)                    // hostreports.go
 				return o, nil
 			}})
 	})
@@ -47,6 +48,7 @@ func (s *Server) systemRoutes() {
 		}
 		o := system(v, h)
 		s.systemBoard(c.Request().Context(), o, h) // head power (headpower.go)
+		s.systemHostAgent(o, h)                    // hostreports.go
 		return s.WriteResource(c, http.StatusOK, o)
 	})
 }

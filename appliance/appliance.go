@@ -25,8 +25,10 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/dcd/sqlite"
 	"cxlpool/fabric"
+	"cxlpool/fabric/cci"
 	"cxlpool/fabric/fm"
 	"cxlpool/fabric/serial"
+	"cxlpool/host/report"
 	"cxlpool/internal/bytesize"
 	"cxlpool/kv"
 	"cxlpool/rdma"
@@ -85,6 +87,9 @@ type Config struct {
 	KVListen, KVSocket string
 	// Fleet joins the fleet plane (fleet.go); off in the zero Config.
 	Fleet FleetConfig
+	// HostReportTTL is how long a host agent's report stays fresh
+	// (host/report's default, 30 s, if zero).
+	HostReportTTL time.Duration
 }
 
 // Appliance is a running daemon's parts.
@@ -94,6 +99,8 @@ type Appliance struct {
 	Device  fabric.Device
 	Ledger  *sqlite.Ledger
 	Manager *dcd.Manager
+	// HostReports is what the host agents last said about their memory.
+	HostReports *report.Store
 	// Exports serves pool memory to remote racks; nil when the pool's
 	// memory cannot be mapped here (a real device without DAXPath).
 	Exports *rdma.Service
@@ -191,6 +198,10 @@ func Open(ctx context.Context, cfg Config) (a *Appliance, err error) {
 	if a.Exports != nil {
 		dcfg.Guard = a.Exports
 	}
+	// What host agents report (host/report): a release waits while a
+	// host's agent says its memory is in use. The API writes and shows it.
+	a.HostReports = report.New(report.Config{Clock: cfg.Clock, TTL: cfg.HostReportTTL})
+	dcfg.InUse = func(h dcd.HostID, tag cci.Tag) bool { return a.HostReports.InUse(uint16(h), tag.String()) }
 	mgr, err := dcd.NewManager(dcfg)
 	if err != nil {
 		return nil, err

@@ -33,7 +33,18 @@ type Config struct {
 	// capacity leaves its host, so that other users of the capacity
 	// (exports to remote racks) let go of it in the same step.
 	Guard CapacityGuard
+	// InUse, if set, reports whether host says a program still maps the
+	// memory of tag (host/report: its agent's fresh report). A release
+	// the host has not answered when ReleaseTimeout passes is then not
+	// forced: it waits for the host, announced once as a ChangeGrant
+	// with Message ReleaseWaitsMessage, until the host answers, its
+	// report goes stale or an administrator forces it (ForceRelease).
+	InUse func(host HostID, tag cci.Tag) bool
 }
+
+// ReleaseWaitsMessage is the Change.Message of a release that waits for a
+// host whose agent says the memory is in use.
+const ReleaseWaitsMessage = "release waits: the host says the memory is in use"
 
 // CapacityGuard is what else reaches a chunk's capacity besides the hosts
 // that hold it (rdma.Service: exports to remote racks). The Manager calls
@@ -119,6 +130,9 @@ type Manager struct {
 	// fence) knows every grant that got past the check. fenced is under mu.
 	admit  sync.RWMutex
 	fenced map[HostID]string // host → why its grants are refused (fence.go)
+	// forceNow is the releasing grants an administrator asked to force
+	// (ForceRelease); their flow forces at its next step. Under mu.
+	forceNow map[GrantID]bool
 
 	bg sync.WaitGroup
 
@@ -147,6 +161,7 @@ func NewManager(cfg Config) (*Manager, error) {
 		released: make(map[hostTag]bool),
 		reconc:   make(chan struct{}, 1),
 		fenced:   make(map[HostID]string),
+		forceNow: make(map[GrantID]bool),
 	}, nil
 }
 
@@ -501,6 +516,41 @@ func (m *Manager) beginRelease(ctx context.Context, id GrantID, forced bool, rea
 	return g, nil
 }
 
+// ForceRelease is an administrator's forced release of grant id: a
+// granted grant is released forced from the first command (the host is
+// not asked), and a release already waiting for its host is forced at
+// once, whatever the host's agent says about its memory being in use.
+// The host loses the memory under its programs: only administrators and
+// operators may ask for it (the API's rule), never a host account.
+func (m *Manager) ForceRelease(ctx context.Context, id GrantID) (Grant, error) {
+	g, err := m.cfg.Ledger.Grant(ctx, id)
+	if err != nil {
+		return g, fmt.Errorf("force release of grant %d: %w", id, err)
+	}
+	if g.State == GrantReleasing {
+		m.mu.Lock()
+		_, running := m.flights[id]
+		if running {
+			m.forceNow[id] = true
+		}
+		m.mu.Unlock()
+		if running {
+			return g, nil
+		}
+		// No flow drives it here (it is being reconciled): start one.
+	}
+	return m.beginRelease(ctx, id, true, "forced by an administrator")
+}
+
+// takeForce reports (once) whether an administrator asked to force id.
+func (m *Manager) takeForce(id GrantID) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f := m.forceNow[id]
+	delete(m.forceNow, id)
+	return f
+}
+
 // flight is a grant or release flow running in this process. Waiters in
 // this process take its outcome from here instead of polling the ledger.
 type flight struct {
@@ -541,6 +591,7 @@ func (m *Manager) spawnFlow(ctx context.Context, g Grant, tag cci.Tag, kind flow
 		f.final = fn(context.WithoutCancel(ctx))
 		m.mu.Lock()
 		delete(m.flights, g.ID)
+		delete(m.forceNow, g.ID)
 		if m.flows[key] == f {
 			delete(m.flows, key)
 		}
@@ -905,6 +956,7 @@ func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed, for
 	events := m.watch(g.Host)
 	defer m.unwatch(g.Host, events)
 	forced := force
+	waiting := false // announced that the release waits for a host in use
 	send := func() error {
 		req := fabric.ReleaseRequest{Host: uint16(g.Host), Policy: fabric.ReleaseTagBased, Forced: forced,
 			Sanitize: true, Length: g.Size(), Tag: c.Tag}
@@ -940,6 +992,15 @@ func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed, for
 			}
 		}
 		check = true
+		if m.takeForce(g.ID) && !forced {
+			forced = true
+			m.log.Warn("release forced by an administrator", "grant", g.ID, "host", g.Host)
+			if err := send(); err != nil {
+				m.log.Warn("forced release", "grant", g.ID, "err", err)
+			}
+			deadline.Reset(m.cfg.ReleaseTimeout)
+			continue
+		}
 		select {
 		case <-events:
 		case <-time.After(250 * time.Millisecond):
@@ -948,6 +1009,17 @@ func (m *Manager) runRelease(ctx context.Context, g Grant, c Chunk, resumed, for
 				m.log.Error("forced release did not take effect; will reconcile", "grant", g.ID)
 				m.requestReconcile()
 				return g
+			}
+			// A program on the host still maps the memory: forcing
+			// would take it from under the program. Wait for the host.
+			if m.cfg.InUse != nil && m.cfg.InUse(g.Host, c.Tag) {
+				if !waiting {
+					waiting = true
+					m.log.Warn("release waits: the host's agent says the memory is in use", "grant", g.ID, "host", g.Host)
+					m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &g, Message: ReleaseWaitsMessage})
+				}
+				deadline.Reset(m.cfg.ReleaseTimeout)
+				continue
 			}
 			forced = true
 			m.log.Warn("host did not release in time, forcing", "grant", g.ID, "host", g.Host)

@@ -15,6 +15,7 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/cci"
+	"cxlpool/host/report"
 	"cxlpool/sim"
 )
 
@@ -595,4 +596,71 @@ func TestConcurrentSharedGrants(t *testing.T) {
 			}
 		}
 	}
+}
+
+// A host whose agent says the memory is in use keeps it past the release
+// timeout: the release waits (announced once), the device still holds the
+// extents; an administrator's ForceRelease then takes it.
+func TestReleaseWaitsWhileHostInUse(t *testing.T) {
+	s := newStack(t, func(c *appliance.Config) { c.ReleaseTimeout = 100 * time.Millisecond })
+	ctx := ctxT(t)
+	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	g, err := s.m.Grant(ctx, c.ID, 6)
+	if err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	s.box.Host(6).SetPolicy(sim.Policy{Mode: sim.NeverAnswer})
+	if err := s.app.HostReports.Put(6, report.Report{Tags: []report.Tag{
+		{Tag: c.Tag.String(), Accepted: true, Usable: true, InUse: true, State: report.StateInUse},
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	changes, stop := s.m.Subscribe(64)
+	defer stop()
+	if _, err := s.m.BeginRelease(ctx, g.ID); err != nil {
+		t.Fatalf("BeginRelease: %v", err)
+	}
+	for waited := false; !waited; {
+		select {
+		case ch := <-changes:
+			waited = ch.Grant != nil && ch.Grant.ID == g.ID && ch.Message == dcd.ReleaseWaitsMessage
+		case <-ctx.Done():
+			t.Fatal("no 'release waits' change")
+		}
+	}
+	if n := len(s.deviceHolds(t, 6, c.Tag)); n == 0 {
+		t.Fatal("the host lost the memory its agent says is in use")
+	}
+	if got, err := s.led.Grant(ctx, g.ID); err != nil || got.State != dcd.GrantReleasing {
+		t.Fatalf("grant = %s, %v; want still releasing", got.State, err)
+	}
+	if _, err := s.m.ForceRelease(ctx, g.ID); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	waitFor(t, func() bool { rg, err := s.led.Grant(ctx, g.ID); return err == nil && rg.State == dcd.GrantReleased })
+	if n := len(s.deviceHolds(t, 6, c.Tag)); n != 0 {
+		t.Errorf("host 6 still holds %d extents after the forced release", n)
+	}
+}
+
+// ForceRelease of a granted grant releases it without asking the host.
+func TestForceReleaseOfGrantedGrant(t *testing.T) {
+	s := newStack(t, nil)
+	ctx := ctxT(t)
+	c, err := s.m.Reserve(ctx, dcd.ReserveRequest{Size: gib, Region: -1})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	g, err := s.m.Grant(ctx, c.ID, 5)
+	if err != nil {
+		t.Fatalf("Grant: %v", err)
+	}
+	s.box.Host(5).SetPolicy(sim.Policy{Mode: sim.NeverAnswer})
+	if _, err := s.m.ForceRelease(ctx, g.ID); err != nil {
+		t.Fatalf("ForceRelease: %v", err)
+	}
+	waitFor(t, func() bool { rg, err := s.led.Grant(ctx, g.ID); return err == nil && rg.State == dcd.GrantReleased })
 }

@@ -14,8 +14,11 @@
 // for real; Dynamic Capacity only on kernels with the unmerged DCD
 // series). Every backend must pass the contract suite in host/hosttest.
 //
-// Not done yet: reporting per-tag state (online, mode, in use) to the box;
-// system-ram mode; a host that disappears being shown as such.
+// The agent reports each tag's state to the box (host/report is the box's
+// store of those reports); a host whose agent stops reporting shows as
+// silent there after the store's TTL.
+//
+// Not done yet: system-ram mode on the virtual box.
 package host
 
 import (
@@ -79,6 +82,17 @@ type Capacity struct {
 	Kind      string `json:"kind"`
 	InUse     bool   `json:"in_use"`
 	Releasing bool   `json:"releasing"`
+	// ReleasePending: the device asked for the tag back and the host
+	// has not answered yet (it waits for the last mapping to close).
+	ReleasePending bool `json:"release_pending,omitempty"`
+}
+
+// Notifier is a Backend that says when its tags change (accepted,
+// mapped, unmapped, released), so that the agent reports at once instead
+// of at its next heartbeat. Changed's channel is closed at the next
+// change; ask again after it.
+type Notifier interface {
+	Changed() <-chan struct{}
 }
 
 // Mapping is capacity mapped into this process, contiguous in the order

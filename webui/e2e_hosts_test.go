@@ -33,9 +33,17 @@ func TestHostsQuotaResize(t *testing.T) {
 		return env.Admin.GetOK("/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks")["Members@odata.count"].(float64)
 	}
 
+	// Host0's agent reports (an empty report: it holds nothing yet).
+	if r := env.Host0.Post("/redfish/v1/Systems/Host0/Actions/Oem/CxlPool.HostReport", map[string]any{"Tags": []any{}}); r.Status != 204 {
+		t.Fatalf("host report: %s", r)
+	}
 	b.login("admin", apitest.AdminPassword)
 	b.page("hosts", "Hosts & capacity")
 	b.wait("8 hosts", `document.querySelectorAll('#hosts-table tbody tr').length === 8`)
+	b.wait("Host0's agent shown", `document.querySelector('tr[data-host="Host0"] [data-agent="Reporting"]') !== null`)
+	if n := eval[int](b, `document.querySelectorAll('[data-agent]').length`); n != 1 {
+		t.Errorf("%d hosts show an agent, want 1 (only Host0 reports)", n)
+	}
 	for _, label := range []string{"Set quota of", "Resize"} {
 		if n := eval[int](b, `document.querySelectorAll('button[aria-label^="`+label+` Host"]').length`); n != 8 {
 			t.Errorf("%q buttons for the administrator: got %d, want 8", label, n)

@@ -6,6 +6,7 @@ package apitest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -66,6 +67,9 @@ type Options struct {
 	// AddTimeout is how long a host may take to accept offered capacity
 	// (2 s if zero); tests of hosts that never answer shorten it.
 	AddTimeout time.Duration
+	// ReleaseTimeout is how long a host may take to give capacity back
+	// before the release is forced (2 s if zero).
+	ReleaseTimeout time.Duration
 	// Board edits board management's configuration (the management
 	// computer's sensors come from bmc/hwmon's fixture tree by default).
 	Board func(*appliance.BoardConfig)
@@ -119,7 +123,7 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		addTimeout = 2 * time.Second
 	}
 	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: dir, Sim: scfg,
-		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: 2 * time.Second, Synchronous: "NORMAL", ExportListen: "127.0.0.1:0",
+		Logger: log, AddTimeout: addTimeout, ReleaseTimeout: cmp.Or(o.ReleaseTimeout, 2*time.Second), Synchronous: "NORMAL", ExportListen: "127.0.0.1:0",
 		Board: boardConfig(t, o)})
 	if err != nil {
 		cancel()
@@ -135,7 +139,7 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		Manager: app.Manager, Device: app.Device, DataDir: dir, Logger: log, Clock: clock.Now,
 		AdminPassword: AdminPassword, FirmwareVersion: "test-1.0", BcryptCost: bcrypt.MinCost,
 		PushRetryInterval: 10 * time.Millisecond, Exports: app.Exports, ExportAddr: app.ExportAddr,
-		Board: app.Board, KV: app.KV,
+		Board: app.Board, KV: app.KV, HostReports: app.HostReports,
 	}
 	if app.Telemetry != nil { // a nil *appliance.Telemetry must stay a nil interface
 		cfg.Telemetry = app.Telemetry

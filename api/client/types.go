@@ -306,6 +306,10 @@ type SystemOem struct {
 	QuotaMiB      uint64 `json:"QuotaMiB"`
 	GrantedMiB    uint64 `json:"GrantedMiB"`
 	LogicalDevice *Link  `json:"LogicalDevice,omitempty"`
+	// HostAgent is the host's agent as the box last heard from it;
+	// Shares the shares the host may create or join (hosts.go).
+	HostAgent *HostAgent `json:"HostAgent,omitempty"`
+	Shares    []string   `json:"Shares,omitempty"`
 }
 
 // Memory is a ComputerSystem's Memory: a logical device backed by chunks.
@@ -318,6 +322,9 @@ type Memory struct {
 		MemoryMediaSources       []Link `json:"MemoryMediaSources"`
 		MemoryRegionMediaSources []Link `json:"MemoryRegionMediaSources"`
 	} `json:"Links"`
+	Oem struct {
+		CxlPool *MemoryOem `json:"CxlPool,omitempty"`
+	} `json:"Oem"`
 }
 
 // MemoryRegion is a DC region as one LD sees it, with its extents.

@@ -66,10 +66,28 @@ func extension() []complexType {
 			integer("QuotaMiB", "The most pool memory the host may hold, in MiB (0: the pool's DefaultHostQuotaMiB applies).").rw(),
 			integer("GrantedMiB", "The pool memory granted to the host, in MiB."),
 			link("LogicalDevice", "CXLLogicalDevice.CXLLogicalDevice", "The logical device of the multi-headed device that serves the host."),
+			object("HostAgent", "HostAgent", "The host agent (cxlhost) that reports what the host does with its memory."),
+			str("Shares", "The shares (named sharable chunks) an administrator allows the host to create or join.").list(),
+		}},
+		{name: "HostAgent", desc: "A host's agent as the box last heard from it.", props: []prop{
+			str("State", "Reporting, Silent (no report within its time to live: the host or its agent is gone) or None (never reported)."),
+			integer("TagCount", "The number of tags (grants) the agent last reported."),
+			str("Agent", "The reporting program and its version."),
 		}},
 		{name: "Memory", top: true, desc: "The grant that lends a host this memory.", props: []prop{
 			link("Connection", "Connection.Connection", "The connection (grant) the memory comes from."),
 			integer("ExtentCount", "The number of device extents the memory is made of."),
+			object("Host", "HostMemory", "What the host did with the memory, as its agent reports."),
+		}},
+		{name: "HostMemory", desc: "A grant on its host: accepted by the host (it answered the add) is not yet usable on the host.", props: []prop{
+			str("State", "NotReported (no agent reports for the host), AgentSilent (its reports stopped), NotSurfaced (accepted, not usable yet), "+
+				"Usable, InUse (mapped by a program), ReleaseRefusedInUse (a release waits for the program) or Releasing."),
+			boolean("Accepted", "Whether the host accepted the capacity: the grant is granted."),
+			boolean("Usable", "Whether the host surfaced the capacity as memory an application maps."),
+			boolean("InUse", "Whether a program on the host maps the memory."),
+			str("Mode", "How the host surfaces it: devdax, system-ram or simfile (the virtual box)."),
+			str("Path", "What an application opens on the host (a /dev/daxX.Y device, or the virtual box's memory file)."),
+			when("Reported", "When the agent reported this."),
 		}},
 		{name: "Connection", top: true, desc: "The grant of a memory chunk to a host.", props: []prop{
 			str("GrantState", "The state of the grant in the capacity ledger."),

@@ -2,7 +2,11 @@
 // of the box, enrolls with the box's Redfish API as that head's System
 // (the HostUser account bound to it, `poolctl accounts add h3 --role
 // HostUser --system Host3`), and serves `poolctl host attach|detach|list`
-// on a local Unix socket (mode 0600).
+// on a local Unix socket (mode 0600). It reports each tag's state to the
+// box (accepted, usable, mode, in use, path, size; "release refused: in
+// use") on every change and every --heartbeat, so that the box shows what
+// the host did with its memory and never forces a release from under a
+// running program.
 //
 //	cxlhost --box https://127.0.0.1:8443 --ca var/tls/cert.pem --user h3 \
 //	        --device vbox:unix:/run/cxlsim-host3.sock --listen /run/cxlhost.sock
@@ -63,6 +67,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	ld := fs.Int("ld", -1, "with --device linux: the logical device (head) the host's link reaches, which the kernel does not show")
 	listen := fs.String("listen", "/run/cxlhost.sock", "local API Unix socket `PATH` for poolctl host")
 	level := fs.String("log-level", "info", "log level: debug, info, warn, error")
+	heartbeat := fs.Duration("heartbeat", 10*time.Second, "report to the box at least this often (the box shows the host silent after three missed)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -109,7 +114,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		return err
 	}
 	defer be.Close()
-	a, err := agent.New(ctx, agent.Config{Backend: be, Box: c, Logger: log})
+	a, err := agent.New(ctx, agent.Config{Backend: be, Box: c, Logger: log, Heartbeat: *heartbeat})
 	if err != nil {
 		return err
 	}

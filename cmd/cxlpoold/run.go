@@ -155,10 +155,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		Manager: app.Manager, Device: app.Device, DataDir: *data, Logger: log.With("component", "api"),
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
 		Exports: app.Exports, ExportAddr: exportAddr,
-		KV:        app.KV,
-		Telemetry: tel,
-		Board:     app.Board,
-		LocalCXL:  localCXL(), // image.go
+		KV:          app.KV,
+		Telemetry:   tel,
+		Board:       app.Board,
+		HostReports: app.HostReports, // what host agents report; a release waits while they say in use
+		LocalCXL:    localCXL(),      // image.go
 		// The check after reconcile; violations become an event.
 		StartCheck: app.StartCheck,
 		OnEvent:    fev.publish, // fleet.go

@@ -9,7 +9,18 @@
 // --external-host hands a head to a host process outside the box (the
 // cxlhost agent with its virtual-box backend): the head's host mailbox and
 // the memory file are served on that socket (sim/external.go) and the
-// head's built-in policy stays silent; the other heads keep theirs.
+// head's built-in policy stays silent; the other heads keep theirs. Any
+// of the 8 heads may be handed out (repeat the flag or separate with
+// commas); then start one agent per such head, signed in as the HostUser
+// account bound to that head's System (HostN for head N):
+//
+//	cxlsim --listen unix:/run/cxlsim.sock --external-host 0=unix:/run/h0.sock,7=unix:/run/h7.sock
+//	cxlpoold --device unix:/run/cxlsim.sock ...
+//	CXLHOST_PASSWORD=... cxlhost --box https://BOX:8443 --user h0 --device vbox:unix:/run/h0.sock --listen /run/cxlhost0.sock
+//	CXLHOST_PASSWORD=... cxlhost --box https://BOX:8443 --user h7 --device vbox:unix:/run/h7.sock --listen /run/cxlhost7.sock
+//
+// The agent reports each tag's state to the box; `poolctl host --agent
+// /run/cxlhost0.sock attach 1GiB` then runs against head 0.
 package main
 
 import (

@@ -707,9 +707,11 @@ type releaseOut struct {
 }
 
 func cmdRelease(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("release", "CONNECTION | --chunk CHUNK [--free]")
+	fs := a.flags("release", "CONNECTION | --chunk CHUNK [--free] [--force]")
 	chunkArg := fs.String("chunk", "", "release every connection of `CHUNK` (that you may see)")
 	free := fs.Bool("free", false, "then free the chunk too")
+	force := fs.Bool("force", false, "force the release even if the host's agent says a program maps the memory "+
+		"(administrators and operators; the program loses it)")
 	pos, err := parse(fs, args, 0, 1)
 	if err != nil {
 		return err
@@ -765,7 +767,7 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 	}
 	out := releaseOut{Released: []connectionOut{}}
 	for _, cn := range conns {
-		if err := c.DeleteAndWait(ctx, cn.ODataID, nil); err != nil {
+		if err := releaseConnection(ctx, c, cn.ODataID, *force); err != nil {
 			return a.releaseFailed(out, explain(err))
 		}
 		o := toConnectionOut(cn, systems)
@@ -791,6 +793,19 @@ func cmdRelease(ctx context.Context, a *app, args []string) error {
 		return a.printJSON(out)
 	}
 	return nil
+}
+
+// releaseConnection releases one connection, forced if asked
+// (CxlPool.ForceRelease), and waits for the release.
+func releaseConnection(ctx context.Context, c *client.Client, uri string, force bool) error {
+	if !force {
+		return c.DeleteAndWait(ctx, uri, nil)
+	}
+	r, err := c.StartForceRelease(ctx, uri)
+	if err == nil {
+		_, err = c.Settle(ctx, r, nil)
+	}
+	return err
 }
 
 // releaseFailed still reports what was released before the failure.

@@ -46,9 +46,11 @@ func (a *app) agentClient(flagValue string) *agent.LocalClient {
 }
 
 func hostAttach(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("host attach", "SIZE [--name N] [--shared] [--agent SOCKET]")
+	fs := a.flags("host attach", "SIZE [--name N] [--shared NAME | --sharable] [--agent SOCKET]")
 	name := fs.String("name", "", "a `name` for the chunk")
-	shared := fs.Bool("shared", false, "reserve sharable capacity, so that an administrator can 'poolctl share' it to other hosts")
+	shareName := fs.String("shared", "", "create or join the share `NAME`: every host attached to it maps the same bytes "+
+		"(an administrator allows each host the name first: poolctl hosts HostN --allow-share NAME)")
+	shared := fs.Bool("sharable", false, "reserve sharable capacity, so that an administrator can 'poolctl share' it to other hosts")
 	sock := fs.String("agent", "", "the host agent's `socket` (default $CXLHOST_SOCKET or "+defaultAgentSocket+")")
 	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
@@ -60,7 +62,7 @@ func hostAttach(ctx context.Context, a *app, args []string) error {
 	}
 	ctx, cancel := a.deadline(ctx, false)
 	defer cancel()
-	at, err := a.agentClient(*sock).Attach(ctx, agent.AttachRequest{SizeBytes: n, Name: *name, Shared: *shared})
+	at, err := a.agentClient(*sock).Attach(ctx, agent.AttachRequest{SizeBytes: n, Name: *name, Shared: *shared, Share: *shareName})
 	if err != nil {
 		return err
 	}
@@ -92,16 +94,18 @@ func printExtents(a *app, at agent.Attachment) error {
 }
 
 func hostDetach(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("host detach", "TAG [--force] [--agent SOCKET]")
-	force := fs.Bool("force", false, "unmap the memory from programs still using it (administrators only: they lose it)")
+	fs := a.flags("host detach", "TAG [--wait] [--force] [--agent SOCKET]")
+	wait := fs.Bool("wait", false, "while a program maps the memory, wait until it unmaps it (Ctrl-C gives up; nothing is released)")
+	force := fs.Bool("force", false, "unmap the memory from this host's programs still using it (they lose it; only whoever may open "+
+		"the agent's socket, the host's administrator). Forcing the box's release is its administrator's: poolctl release --force CONNECTION")
 	sock := fs.String("agent", "", "the host agent's `socket`")
 	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
 		return err
 	}
-	ctx, cancel := a.deadline(ctx, false)
+	ctx, cancel := a.deadline(ctx, *wait) // waiting for a program has no deadline
 	defer cancel()
-	d, err := a.agentClient(*sock).Detach(ctx, pos[0], *force)
+	d, err := a.agentClient(*sock).Detach(ctx, pos[0], agent.DetachOptions{Force: *force, Wait: *wait})
 	if err != nil {
 		return err
 	}
@@ -137,6 +141,8 @@ func hostList(ctx context.Context, a *app, args []string) error {
 		switch {
 		case at.Capacity.Releasing:
 			state = "releasing"
+		case at.Capacity.InUse && at.Capacity.ReleasePending:
+			state = "release refused: in use"
 		case at.Capacity.InUse:
 			state = "in use"
 		}

@@ -17,15 +17,25 @@ import (
 type hostDetailOut struct {
 	hostOut
 	Connections []connectionOut `json:"connections"`
+	// Agent is the host's agent as the box last heard from it; OnHost
+	// what the host did with each connection's memory, by connection Id.
+	Agent  *client.HostAgent             `json:"agent,omitempty"`
+	OnHost map[string]*client.HostMemory `json:"on_host,omitempty"`
+	Shares []string                      `json:"shares,omitempty"`
 }
 
 func cmdHosts(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("hosts", "[HostN]")
+	fs := a.flags("hosts", "[HostN [--allow-share NAME | --disallow-share NAME]]")
+	allow := fs.String("allow-share", "", "allow HostN to create or join share `NAME` (poolctl host attach SIZE --shared NAME)")
+	disallow := fs.String("disallow-share", "", "stop allowing HostN share `NAME` (hosts attached keep their memory)")
 	pos, err := parse(fs, args, 0, 1)
 	if err != nil {
 		return err
 	}
 	if len(pos) == 0 {
+		if *allow != "" || *disallow != "" {
+			return usagef("hosts: --allow-share and --disallow-share need a HostN")
+		}
 		return listHosts(ctx, a)
 	}
 	sys, err := systemArg(pos[0])
@@ -38,6 +48,17 @@ func cmdHosts(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return err
 	}
+	for _, ch := range []struct {
+		name  string
+		allow bool
+	}{{*allow, true}, {*disallow, false}} {
+		if ch.name == "" {
+			continue
+		}
+		if err := c.AllowShare(ctx, sys, ch.name, ch.allow); err != nil {
+			return explain(err)
+		}
+	}
 	var s client.System
 	if err := c.Get(ctx, client.SystemsURI+"/"+sys, &s); err != nil {
 		return explain(err)
@@ -46,7 +67,19 @@ func cmdHosts(ctx context.Context, a *app, args []string) error {
 	if err != nil {
 		return explain(err)
 	}
-	out := hostDetailOut{hostOut: toHostOut(s), Connections: conns}
+	out := hostDetailOut{hostOut: toHostOut(s), Connections: conns, OnHost: map[string]*client.HostMemory{}}
+	if x := s.Oem.CxlPool; x != nil {
+		out.Agent, out.Shares = x.HostAgent, x.Shares
+	}
+	mems, err := c.SystemMemory(ctx, s)
+	if err != nil {
+		return explain(err)
+	}
+	for _, m := range mems {
+		if x := m.Oem.CxlPool; x != nil && x.Connection != nil && x.Host != nil {
+			out.OnHost[lastSegment(x.Connection.ODataID)] = x.Host
+		}
+	}
 	if a.g.json {
 		return a.printJSON(out)
 	}
@@ -64,6 +97,10 @@ func cmdHosts(ctx context.Context, a *app, args []string) error {
 		quota = size(h.QuotaBytes)
 	}
 	fmt.Fprintf(tw, "Quota:\t%s\n", quota)
+	fmt.Fprintf(tw, "Agent:\t%s\n", agentLine(out.Agent))
+	if len(out.Shares) > 0 {
+		fmt.Fprintf(tw, "Shares:\t%s (allowed)\n", strings.Join(out.Shares, ", "))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
@@ -73,9 +110,34 @@ func cmdHosts(ctx context.Context, a *app, args []string) error {
 	fmt.Fprintln(a.stdout)
 	rows := make([][]string, 0, len(conns))
 	for _, o := range conns {
-		rows = append(rows, []string{o.ID, strings.Join(o.Chunks, ","), orDash(o.GrantState), size(o.GrantedBytes), orDash(o.Memory)})
+		rows = append(rows, []string{o.ID, strings.Join(o.Chunks, ","), orDash(o.GrantState), size(o.GrantedBytes),
+			onHostText(out.OnHost[o.ID]), orDash(o.Memory)})
 	}
-	return a.table([]string{"CONNECTION", "CHUNK", "GRANT", "GRANTED", "MEMORY"}, rows)
+	return a.table([]string{"CONNECTION", "CHUNK", "GRANT", "GRANTED", "ON HOST", "MEMORY"}, rows)
+}
+
+// agentLine says whether the host's agent reports.
+func agentLine(ag *client.HostAgent) string {
+	switch {
+	case ag == nil || ag.State == "None":
+		return "none reports (no cxlhost runs for this host)"
+	case ag.State == "Silent":
+		return "silent (no report within its time to live: the host or its agent is gone)"
+	}
+	return fmt.Sprintf("reporting (%s, %d tags)", orDash(ag.Agent), ag.TagCount)
+}
+
+// onHostText is a grant's state on its host: "accepted" by the host is
+// not "usable" on it until the agent says so.
+func onHostText(h *client.HostMemory) string {
+	if h == nil {
+		return "-"
+	}
+	return map[string]string{
+		"NotReported": "accepted (not reported)", "AgentSilent": "accepted (agent silent)",
+		"NotSurfaced": "accepted, not usable", "Usable": "usable", "InUse": "in use",
+		"ReleaseRefusedInUse": "release refused: in use", "Releasing": "releasing",
+	}[h.State]
 }
 
 func listHosts(ctx context.Context, a *app) error {

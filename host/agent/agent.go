@@ -5,9 +5,20 @@
 // tag back through the box. A local HTTP API on a Unix socket (Serve,
 // LocalClient) carries the requests of `poolctl host`.
 //
-// Not done yet: reporting per-tag state (online, in use) to the box,
-// joining a share by name from a host account (an administrator adds
-// hosts to a shared chunk), system-ram mode.
+// The agent reports each tag's state to the box (RunReports: on every
+// change the backend signals and at least every heartbeat), as the
+// host's own HostUser account: accepted, usable, mode, in use, path and
+// size, and "release refused: in use" while a detach waits for a program
+// that still maps the memory. While the box hears "in use", a release of
+// the tag is not forced at its timeout (only an administrator's
+// CxlPool.ForceRelease forces it).
+//
+// A shared attach (AttachRequest.Share) creates or joins a named share
+// through the box's CxlPool.AttachShare; an administrator must have
+// allowed the host that share name (host/share). The last host to
+// detach frees the share's chunk (CxlPool.LeaveShare).
+//
+// Not done yet: system-ram mode.
 package agent
 
 import (
@@ -18,10 +29,13 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"cxlpool/api/client"
 	"cxlpool/host"
+	"cxlpool/host/report"
+	"cxlpool/host/share"
 )
 
 // Errors the agent answers with; each names the rule that refused.
@@ -30,6 +44,9 @@ var (
 	ErrWrongBox       = errors.New("agent: wrong box: the device this host is cabled to is not the box's device")
 	ErrWrongHead      = errors.New("agent: wrong head: the account's system is another head of the box than the one this host is cabled to")
 	ErrNotAttached    = errors.New("agent: no attachment with that tag on this host")
+	// ErrGaveUp: a detach waited for the memory to be unmapped and its
+	// caller gave up first; nothing was released, the tag stays attached.
+	ErrGaveUp = errors.New("agent: gave up waiting for the memory to be unmapped; nothing was released")
 )
 
 // Config configures an Agent.
@@ -38,6 +55,11 @@ type Config struct {
 	Box     *client.Client // the box's Redfish API, logged in as the host's account
 	Logger  *slog.Logger
 	Clock   func() time.Time
+	// Heartbeat is how often the agent reports to the box even when
+	// nothing changed (default 10 s; the box's TTL is at least three).
+	Heartbeat time.Duration
+	// Version names the agent in its reports ("cxlhost VERSION").
+	Version string
 }
 
 // Agent is one enrolled host agent.
@@ -46,6 +68,10 @@ type Agent struct {
 	log    *slog.Logger
 	id     host.Identity
 	system string // the box's System Id of this host, e.g. Host3
+	kick   chan struct{}
+
+	mu      sync.Mutex
+	refused map[string]bool // tags whose release was refused: in use
 }
 
 // logicalDevice is the part of a CXLLogicalDevice the agent reads.
@@ -64,6 +90,9 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = time.Now
+	}
+	if cfg.Heartbeat <= 0 {
+		cfg.Heartbeat = 10 * time.Second
 	}
 	id, err := cfg.Backend.Identity(ctx)
 	if err != nil {
@@ -104,7 +133,8 @@ func New(ctx context.Context, cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: account %s is bound to %s (logical device %s), this host is cabled to LD %d (Host%d): %w",
 			me.UserName, sysID, got, id.LD, id.LD, ErrWrongHead)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger.With("system", sysID), id: id, system: sysID}
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("system", sysID), id: id, system: sysID,
+		kick: make(chan struct{}, 1), refused: map[string]bool{}}
 	a.log.Info("enrolled", "gcxlid", want)
 	return a, nil
 }
@@ -121,10 +151,13 @@ type AttachRequest struct {
 	Name      string `json:"name,omitempty"`
 	// Shared reserves in a sharable region, so that an administrator can
 	// give the same bytes to other hosts (`poolctl share CHUNK --host
-	// HostN`); their agents then list the tag like their own. A host
-	// account cannot see another host's chunk, so it cannot join a
-	// share by name itself.
+	// HostN`); their agents then list the tag like their own.
 	Shared bool `json:"shared,omitempty"`
+	// Share creates or joins the named share: every host attached to it
+	// maps the same bytes. An administrator must allow the host the name
+	// first (`poolctl hosts HostN --allow-share NAME`); the size must be
+	// the share's.
+	Share string `json:"share,omitempty"`
 }
 
 // Attachment is a tag's capacity on this host and how an app reaches it.
@@ -173,6 +206,15 @@ func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, erro
 	if req.SizeBytes == 0 || req.SizeBytes%mib != 0 {
 		return Attachment{}, fmt.Errorf("agent: size %d: want a positive whole number of MiB", req.SizeBytes)
 	}
+	if req.Share != "" {
+		if req.Name != "" && req.Name != req.Share {
+			return Attachment{}, fmt.Errorf("agent: a share's chunk is named after the share (%q), not %q", req.Share, req.Name)
+		}
+		if err := share.ValidName(req.Share); err != nil {
+			return Attachment{}, fmt.Errorf("agent: %w", err)
+		}
+		return a.attachShare(ctx, req)
+	}
 	c := a.cfg.Box
 	start := a.cfg.Clock()
 	ep, err := c.Initiator(ctx, a.system)
@@ -210,12 +252,18 @@ func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, erro
 	if err != nil {
 		return Attachment{}, undo(fmt.Errorf("agent: grant: %w", err))
 	}
+	return a.surface(ctx, start, req.Name, chunk.ODataID, cn.ODataID)
+}
+
+// surface waits for the granted chunk's tag to surface on the host.
+func (a *Agent) surface(ctx context.Context, start time.Time, name, chunkURI, connURI string) (Attachment, error) {
 	granted := a.cfg.Clock()
-	if err := c.Get(ctx, chunk.ODataID, &chunk); err != nil {
-		return Attachment{}, fmt.Errorf("agent: chunk %s: %w", chunk.ODataID, err)
+	var chunk client.MemoryChunk
+	if err := a.cfg.Box.Get(ctx, chunkURI, &chunk); err != nil {
+		return Attachment{}, fmt.Errorf("agent: chunk %s: %w", chunkURI, err)
 	}
 	if chunk.Oem.CxlPool == nil || chunk.Oem.CxlPool.Tag == "" {
-		return Attachment{}, fmt.Errorf("agent: chunk %s shows no tag (Oem.CxlPool.Tag)", chunk.ODataID)
+		return Attachment{}, fmt.Errorf("agent: chunk %s shows no tag (Oem.CxlPool.Tag)", chunkURI)
 	}
 	tag := strings.ToLower(chunk.Oem.CxlPool.Tag)
 	capa, err := a.cfg.Backend.Wait(ctx, tag)
@@ -223,11 +271,41 @@ func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, erro
 		return Attachment{}, fmt.Errorf("agent: the grant of tag %s is not surfaced on this host: %w", tag, err)
 	}
 	usable := a.cfg.Clock()
-	out := Attachment{Tag: tag, Name: req.Name, System: a.system, Chunk: chunk.ODataID, Connection: cn.ODataID,
+	a.Kick()
+	out := Attachment{Tag: tag, Name: name, System: a.system, Chunk: chunkURI, Connection: connURI,
 		Capacity: capa, Env: EnvLines(capa),
 		GrantSeconds: granted.Sub(start).Seconds(), UsableSeconds: usable.Sub(start).Seconds()}
 	a.log.Info("attached", "tag", tag, "bytes", capa.Size, "chunk", chunk.ID)
 	return out, nil
+}
+
+// attachShare creates or joins a named share through the box; the box
+// checks the allowance and frees a share it created if the grant fails.
+func (a *Agent) attachShare(ctx context.Context, req AttachRequest) (Attachment, error) {
+	const mib = 1 << 20
+	c := a.cfg.Box
+	start := a.cfg.Clock()
+	r, err := c.StartAttachShare(ctx, a.system, req.Share, req.SizeBytes/mib)
+	if err == nil {
+		r, err = c.Settle(ctx, r, nil)
+	}
+	if err != nil {
+		return Attachment{}, fmt.Errorf("agent: attach share %s: %w", req.Share, err)
+	}
+	var cn client.Connection
+	if len(r.Body) > 0 {
+		err = r.Decode(&cn)
+	} else {
+		err = c.Get(ctx, r.Location(), &cn)
+	}
+	if err != nil {
+		return Attachment{}, fmt.Errorf("agent: attach share %s: %w", req.Share, err)
+	}
+	chunks := cn.Chunks()
+	if len(chunks) != 1 {
+		return Attachment{}, fmt.Errorf("agent: share %s: connection %s names %d chunks", req.Share, cn.ODataID, len(chunks))
+	}
+	return a.surface(ctx, start, req.Share, chunks[0], cn.ODataID)
 }
 
 // find looks up the box's chunk and this host's connection for tag.
@@ -279,13 +357,27 @@ func (a *Agent) List(ctx context.Context) ([]Attachment, error) {
 	return out, nil
 }
 
+// DetachOptions says how a detach treats memory still in use.
+type DetachOptions struct {
+	// Force unmaps the memory from this host's programs (the host's
+	// administrator's decision: the agent's socket is 0600). It does not
+	// force the box: that is the box administrator's CxlPool.ForceRelease.
+	Force bool `json:"force,omitempty"`
+	// Wait waits, while a program maps the memory, until it unmaps it
+	// (or the caller gives up: ErrGaveUp, nothing released). Without it
+	// a detach of memory in use is refused at once (host.ErrBusy).
+	Wait bool `json:"wait,omitempty"`
+}
+
 // Detach gives the whole tag back: refused while the memory is in use
-// (host.ErrBusy) unless force; then the box releases the connection (the
+// (host.ErrBusy; the box hears "release refused: in use") unless Force,
+// or waited for with Wait; then the box releases the connection (the
 // device asks the host, the backend answers), the agent waits until the
 // host no longer holds the tag and frees the chunk unless another host
 // still holds it (shared: the box refuses with 409) or it is not this
-// host's to free (a chunk shared to it); Detached says which.
-func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, error) {
+// host's to free (a chunk shared to it); Detached says which. The last
+// host of a named share frees the share's chunk.
+func (a *Agent) Detach(ctx context.Context, tag string, opt DetachOptions) (Detached, error) {
 	tag = strings.ToLower(tag)
 	chunk, conn, err := a.find(ctx, tag)
 	out := Detached{Tag: tag, Chunk: chunk.ODataID, Connection: conn}
@@ -295,9 +387,17 @@ func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, e
 	if conn == "" {
 		return out, fmt.Errorf("agent: detach %s: %w", tag, ErrNotAttached)
 	}
-	if err := a.cfg.Backend.Release(ctx, tag, force); err != nil {
+	start := a.cfg.Clock()
+	if err := a.releaseOnHost(ctx, tag, opt); err != nil {
 		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
+	a.Kick()
+	// From here the host has let go of the tag: finish even if the caller
+	// gives up, so that nothing is left half released (the box's release,
+	// the host dropping the tag, the chunk freed), within a bound.
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), detachFinish)
+	defer cancel()
+	boxStart := a.cfg.Clock()
 	if err := a.cfg.Box.DeleteAndWait(ctx, conn, nil); err != nil {
 		// The box kept the grant: so does the host, usable as before
 		// (unless the device asked for it back meanwhile).
@@ -306,9 +406,12 @@ func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, e
 		}
 		return out, fmt.Errorf("agent: detach %s: release %s: %w", tag, conn, err)
 	}
+	released := a.cfg.Clock()
 	if err := a.cfg.Backend.WaitGone(ctx, tag); err != nil {
 		return out, fmt.Errorf("agent: detach %s: %w", tag, err)
 	}
+	gone := a.cfg.Clock()
+	out.ReleaseSeconds, out.GoneSeconds = released.Sub(boxStart).Seconds(), gone.Sub(start).Seconds()
 	// A host account sees only its own grant of the chunk, so whether
 	// others hold it shows only in the box's answer.
 	switch err := a.cfg.Box.DeleteAndWait(ctx, chunk.ODataID, nil); {
@@ -321,9 +424,151 @@ func (a *Agent) Detach(ctx context.Context, tag string, force bool) (Detached, e
 	default:
 		return out, fmt.Errorf("agent: detach %s: released, but freeing chunk %s failed: %w", tag, chunk.ODataID, err)
 	}
-	a.log.Info("detached", "tag", tag, "forced", force, "chunk_freed", out.ChunkFreed)
+	if x := chunk.Oem.CxlPool; !out.ChunkFreed && x != nil && chunk.Oem.CxlPool.Sharable && share.ValidName(x.Name) == nil {
+		// A named share: the last host to leave frees it.
+		switch err := a.cfg.Box.LeaveShare(ctx, a.system, x.Name); {
+		case err == nil:
+			out.ChunkFreed, out.Kept = true, ""
+		case client.StatusOf(err) == http.StatusConflict:
+			out.Kept = "other hosts still hold share " + x.Name
+		}
+	}
+	a.log.Info("detached", "tag", tag, "forced", opt.Force, "chunk_freed", out.ChunkFreed)
 	return out, nil
 }
+
+// releaseOnHost lets the backend give the tag back: refused while in use
+// unless forced; with Wait, retried as the backend changes until the
+// memory is unmapped or ctx ends. The box hears "release refused: in use"
+// meanwhile, and the state is cleared again if the caller gives up.
+func (a *Agent) releaseOnHost(ctx context.Context, tag string, opt DetachOptions) error {
+	for {
+		var changed <-chan struct{}
+		if n, ok := a.cfg.Backend.(host.Notifier); ok {
+			changed = n.Changed()
+		}
+		err := a.cfg.Backend.Release(ctx, tag, opt.Force)
+		if !errors.Is(err, host.ErrBusy) {
+			a.setRefused(tag, false)
+			return err
+		}
+		if a.setRefused(tag, true) {
+			a.log.Warn("release refused: the memory is in use", "tag", tag, "waiting", opt.Wait)
+		}
+		if !opt.Wait {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			a.setRefused(tag, false)
+			return fmt.Errorf("%w (tag %s: %w)", ErrGaveUp, tag, ctx.Err())
+		case <-changed:
+		case <-time.After(time.Second): // another process's unmap is not signalled
+		}
+	}
+}
+
+// setRefused records whether tag's release is refused and reports a
+// change; it says whether anything changed.
+func (a *Agent) setRefused(tag string, refused bool) bool {
+	a.mu.Lock()
+	was := a.refused[tag]
+	if refused {
+		a.refused[tag] = true
+	} else {
+		delete(a.refused, tag)
+	}
+	a.mu.Unlock()
+	if was != refused {
+		a.Kick()
+	}
+	return was != refused
+}
+
+// Kick makes RunReports report now.
+func (a *Agent) Kick() {
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
+}
+
+// Report is what the agent tells the box now: every tag the backend
+// holds with its state.
+func (a *Agent) Report(ctx context.Context) (report.Report, error) {
+	caps, err := a.cfg.Backend.List(ctx)
+	if err != nil {
+		return report.Report{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	r := report.Report{Agent: strings.TrimSpace("cxlhost " + a.cfg.Version), HeartbeatSeconds: int(a.cfg.Heartbeat.Round(time.Second) / time.Second),
+		Tags: make([]report.Tag, 0, len(caps))}
+	held := map[string]bool{}
+	for _, c := range caps {
+		held[c.Tag] = true
+		t := report.Tag{Tag: c.Tag, Accepted: true, Usable: !c.Releasing && c.Size > 0, Mode: c.Kind, InUse: c.InUse,
+			Path: c.Path, SizeBytes: c.Size}
+		switch {
+		case c.Releasing:
+			t.State = report.StateReleasing
+		case c.InUse && (a.refused[c.Tag] || c.ReleasePending):
+			t.State = report.StateReleaseRefused
+		case c.InUse:
+			t.State = report.StateInUse
+		case c.Size == 0:
+			t.State = report.StateAccepted
+		default:
+			t.State = report.StateOnline
+		}
+		r.Tags = append(r.Tags, t)
+	}
+	for tag := range a.refused {
+		if !held[tag] {
+			delete(a.refused, tag)
+		}
+	}
+	return r, nil
+}
+
+// RunReports reports to the box on every change and every heartbeat
+// until ctx ends. A report the box refuses or cannot take is logged and
+// sent again at the next change or heartbeat.
+func (a *Agent) RunReports(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		var changed <-chan struct{}
+		if n, ok := a.cfg.Backend.(host.Notifier); ok {
+			changed = n.Changed()
+		}
+		if err := a.reportOnce(ctx); err != nil && ctx.Err() == nil {
+			a.log.Warn("report to the box", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.kick:
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+func (a *Agent) reportOnce(ctx context.Context) error {
+	r, err := a.Report(ctx)
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	return a.cfg.Box.ReportHost(rctx, a.system, r)
+}
+
+// detachFinish bounds the part of a detach that runs on after its caller
+// gave up: the box's release (its own timeout forces a host that does
+// not answer), the host dropping the tag, freeing the chunk.
+const detachFinish = 2 * time.Minute
 
 // Detached is the outcome of a detach: the tag is gone from the host;
 // its chunk is freed unless Kept says why not.
@@ -333,4 +578,9 @@ type Detached struct {
 	Connection string `json:"connection,omitempty"`
 	ChunkFreed bool   `json:"chunk_freed"`
 	Kept       string `json:"kept,omitempty"`
+	// ReleaseSeconds is the box's part of the release (its task, from
+	// the request until the device took the capacity back); GoneSeconds
+	// how long from the detach until the host no longer held the tag.
+	ReleaseSeconds float64 `json:"release_seconds,omitempty"`
+	GoneSeconds    float64 `json:"gone_seconds,omitempty"`
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"slices"
 	"testing"
-	"time"
 
 	"cxlpool/api/apitest"
 	"cxlpool/host/agent"
@@ -14,12 +13,15 @@ import (
 // through the agent's local API: the grant alone (the box's part: reserve,
 // connect, the host's answer) and attach→usable (the grant plus finding the
 // tag and surfacing it on the host), p50 and p99 of each from the same
-// run, and detach→gone. usable/grant-p50 is the host side's overhead as a
-// ratio of the box's part.
+// run; and per detach the box's release alone (its task: the device asks
+// the host, the host answers, sanitize) beside detach→gone (the host's
+// release check, the box's release and the host dropping the tag).
+// usable/grant and gone/release are the host side's overhead as ratios of
+// the box's part.
 func BenchmarkAttach(b *testing.B) {
 	r := newRig(b)
 	a := r.agentAt(b, 0, apitest.UserHost0)
-	var grant, usable, detach []float64
+	var grant, usable, release, gone []float64
 	ctx := context.Background()
 	for b.Loop() {
 		at, err := a.Attach(ctx, agent.AttachRequest{SizeBytes: 256 << 20})
@@ -28,11 +30,12 @@ func BenchmarkAttach(b *testing.B) {
 		}
 		grant = append(grant, at.GrantSeconds)
 		usable = append(usable, at.UsableSeconds)
-		start := time.Now()
-		if _, err := a.Detach(ctx, at.Tag, false); err != nil {
+		d, err := a.Detach(ctx, at.Tag, agent.DetachOptions{})
+		if err != nil {
 			b.Fatal(err)
 		}
-		detach = append(detach, time.Since(start).Seconds())
+		release = append(release, d.ReleaseSeconds)
+		gone = append(gone, d.GoneSeconds)
 	}
 	pct := func(v []float64, p float64) float64 {
 		s := slices.Clone(v)
@@ -43,6 +46,10 @@ func BenchmarkAttach(b *testing.B) {
 	b.ReportMetric(pct(grant, 0.99), "grant-p99-ms")
 	b.ReportMetric(pct(usable, 0.5), "usable-p50-ms")
 	b.ReportMetric(pct(usable, 0.99), "usable-p99-ms")
-	b.ReportMetric(pct(detach, 0.5), "detach-p50-ms")
+	b.ReportMetric(pct(release, 0.5), "release-p50-ms")
+	b.ReportMetric(pct(release, 0.99), "release-p99-ms")
+	b.ReportMetric(pct(gone, 0.5), "gone-p50-ms")
+	b.ReportMetric(pct(gone, 0.99), "gone-p99-ms")
 	b.ReportMetric(pct(usable, 0.5)/pct(grant, 0.5), "usable/grant-p50")
+	b.ReportMetric(pct(gone, 0.5)/pct(release, 0.5), "gone/release-p50")
 }

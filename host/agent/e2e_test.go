@@ -27,12 +27,17 @@ type rig struct {
 	backends [2]*vbox.Backend
 }
 
-func newRig(t testing.TB) *rig {
+func newRig(t testing.TB) *rig { return newRigWith(t, apitest.Options{}) }
+
+// newRigWith is newRig with the box's options (its virtual box is always
+// the small one below).
+func newRigWith(t testing.TB, o apitest.Options) *rig {
 	t.Helper()
-	env := apitest.NewServer(t, apitest.Options{Sim: func(c *sim.Config) {
+	o.Sim = func(c *sim.Config) {
 		c.Capacity = 16 << 30
 		c.WorkloadTick = -1
-	}})
+	}
+	env := apitest.NewServer(t, o)
 	r := &rig{env: env}
 	box := env.App.Box
 	ctx, cancel := context.WithCancel(context.Background())
@@ -80,7 +85,14 @@ func (r *rig) boxClient(t testing.TB, user, password string) *client.Client {
 // agentAt enrolls an agent for head ld as user and serves its local API.
 func (r *rig) agentAt(t testing.TB, ld int, user string) *agent.LocalClient {
 	t.Helper()
-	a, err := agent.New(t.Context(), agent.Config{Backend: r.backends[ld], Box: r.boxClient(t, user, apitest.UserPassword)})
+	return r.agentWith(t, ld, user, agent.Config{})
+}
+
+// agentWith is agentAt with cfg's Heartbeat and Version.
+func (r *rig) agentWith(t testing.TB, ld int, user string, cfg agent.Config) *agent.LocalClient {
+	t.Helper()
+	cfg.Backend, cfg.Box = r.backends[ld], r.boxClient(t, user, apitest.UserPassword)
+	a, err := agent.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,17 +208,17 @@ func TestAttachWriteDetachReattach(t *testing.T) {
 		t.Fatalf("List() = %+v, want the kv attachment in use", list)
 	}
 	var le *agent.LocalError
-	if _, err := a.Detach(ctxT(t), at.Tag, false); !errors.As(err, &le) || le.Status != http.StatusConflict {
+	if _, err := a.Detach(ctxT(t), at.Tag, agent.DetachOptions{}); !errors.As(err, &le) || le.Status != http.StatusConflict {
 		t.Fatalf("Detach while mapped = %v, want 409 in use", err)
 	}
 	_ = m.Close()
-	if d, err := a.Detach(ctxT(t), at.Tag, false); err != nil || !d.ChunkFreed {
+	if d, err := a.Detach(ctxT(t), at.Tag, agent.DetachOptions{}); err != nil || !d.ChunkFreed {
 		t.Fatalf("Detach = %+v, %v; want the chunk freed", d, err)
 	}
 	if list, err := a.List(ctxT(t)); err != nil || len(list) != 0 {
 		t.Fatalf("after detach: List() = %+v, %v; want nothing", list, err)
 	}
-	if _, err := a.Detach(ctxT(t), at.Tag, false); !errors.As(err, &le) || le.Status != http.StatusNotFound {
+	if _, err := a.Detach(ctxT(t), at.Tag, agent.DetachOptions{}); !errors.As(err, &le) || le.Status != http.StatusNotFound {
 		t.Errorf("second Detach = %v, want 404", err)
 	}
 
@@ -225,7 +237,7 @@ func TestAttachWriteDetachReattach(t *testing.T) {
 	if got := mapPath(t, bt)[4096 : 4096+len(secret)]; !bytes.Equal(got, make([]byte, len(secret))) {
 		t.Errorf("B reads %q where A wrote, want zeros", got)
 	}
-	if _, err := b.Detach(ctxT(t), bt.Tag, false); err != nil {
+	if _, err := b.Detach(ctxT(t), bt.Tag, agent.DetachOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -292,7 +304,7 @@ func TestSharedAttach(t *testing.T) {
 		t.Errorf("B reads %q, want %q", got, msg)
 	}
 	_ = m.Close()
-	d, err := a.Detach(ctxT(t), at.Tag, false)
+	d, err := a.Detach(ctxT(t), at.Tag, agent.DetachOptions{})
 	if err != nil || d.ChunkFreed || d.Kept == "" {
 		t.Fatalf("A's detach of a chunk B still holds = %+v, %v; want the chunk kept", d, err)
 	}
@@ -300,7 +312,7 @@ func TestSharedAttach(t *testing.T) {
 		t.Fatalf("after A's detach B lists %+v, %v; want the tag still", list, err)
 	}
 	// B may not free A's chunk; it stays reserved to A, with no grants.
-	if d, err := b.Detach(ctxT(t), at.Tag, false); err != nil || d.ChunkFreed {
+	if d, err := b.Detach(ctxT(t), at.Tag, agent.DetachOptions{}); err != nil || d.ChunkFreed {
 		t.Fatalf("B's detach = %+v, %v; want released, chunk kept", d, err)
 	}
 	if err := r.boxClient(t, apitest.UserHost0, apitest.UserPassword).DeleteAndWait(ctxT(t), at.Chunk, nil); err != nil {

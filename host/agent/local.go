@@ -20,9 +20,9 @@ import (
 
 // The local API, on a Unix socket only the agent's user may open (0600):
 //
-//	POST   /v1/attachments        {"size_bytes":N,"name":"kv"} → 201 Attachment
+//	POST   /v1/attachments        {"size_bytes":N,"name":"kv","share":"kv"} → 201 Attachment
 //	GET    /v1/attachments        → 200 [Attachment]
-//	DELETE /v1/attachments/TAG[?force=true] → 200 Detached
+//	DELETE /v1/attachments/TAG[?force=true][&wait=true] → 200 Detached
 //
 // Errors are {"error": "...", "rule": "..."} with 400 (bad request), 404
 // (unknown tag), 409 (in use: host.ErrBusy) or 502 (the box refused or
@@ -64,8 +64,8 @@ func (a *Agent) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, list)
 	})
 	mux.HandleFunc("DELETE /v1/attachments/{tag}", func(w http.ResponseWriter, r *http.Request) {
-		force := r.URL.Query().Get("force") == "true"
-		d, err := a.Detach(r.Context(), r.PathValue("tag"), force)
+		q := r.URL.Query()
+		d, err := a.Detach(r.Context(), r.PathValue("tag"), DetachOptions{Force: q.Get("force") == "true", Wait: q.Get("wait") == "true"})
 		if err != nil {
 			writeErr(w, statusOf(err), ruleOf(err), err)
 			return
@@ -77,7 +77,7 @@ func (a *Agent) Handler() http.Handler {
 
 func statusOf(err error) int {
 	switch {
-	case errors.Is(err, host.ErrBusy), errors.Is(err, host.ErrReleasing):
+	case errors.Is(err, host.ErrBusy), errors.Is(err, host.ErrReleasing), errors.Is(err, ErrGaveUp):
 		return http.StatusConflict
 	case errors.Is(err, ErrNotAttached), errors.Is(err, host.ErrUnknownTag):
 		return http.StatusNotFound
@@ -92,8 +92,10 @@ func statusOf(err error) int {
 
 func ruleOf(err error) string {
 	switch {
+	case errors.Is(err, ErrGaveUp):
+		return "a release waits for the last mapping; giving up releases nothing"
 	case errors.Is(err, host.ErrBusy):
-		return "whole-tag release waits for the last mapping (use force to unmap)"
+		return "whole-tag release waits for the last mapping (wait for it, or force to unmap)"
 	case errors.Is(err, host.ErrReleasing):
 		return "capacity being released cannot be mapped"
 	case errors.Is(err, ErrNotAttached), errors.Is(err, host.ErrUnknownTag):
@@ -142,8 +144,16 @@ func Listen(path string) (*net.UnixListener, error) {
 	return l, nil
 }
 
-// Serve serves the local API on l until ctx ends.
+// Serve serves the local API on l and reports to the box (RunReports)
+// until ctx ends.
 func (a *Agent) Serve(ctx context.Context, l net.Listener) error {
+	rctx, stopReports := context.WithCancel(ctx)
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		a.RunReports(rctx)
+	}()
+	defer func() { stopReports(); <-reported }()
 	srv := &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second,
 		BaseContext: func(net.Listener) context.Context { return ctx }}
 	stop := context.AfterFunc(ctx, func() {
@@ -234,10 +244,17 @@ func (c *LocalClient) List(ctx context.Context) ([]Attachment, error) {
 }
 
 // Detach gives a tag back.
-func (c *LocalClient) Detach(ctx context.Context, tag string, force bool) (Detached, error) {
+func (c *LocalClient) Detach(ctx context.Context, tag string, opt DetachOptions) (Detached, error) {
+	q := url.Values{}
+	if opt.Force {
+		q.Set("force", "true")
+	}
+	if opt.Wait {
+		q.Set("wait", "true")
+	}
 	p := "/v1/attachments/" + url.PathEscape(tag)
-	if force {
-		p += "?force=true"
+	if len(q) > 0 {
+		p += "?" + q.Encode()
 	}
 	var d Detached
 	return d, c.do(ctx, http.MethodDelete, p, nil, &d)

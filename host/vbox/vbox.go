@@ -8,7 +8,8 @@
 // default), learns the accepted extents from Get DC Extent List (4801h)
 // and answers Release Capacity with Release DC (4803h) once the tag is no
 // longer mapped, so a release waits for the last user (the kernel's EBUSY)
-// unless Release is forced.
+// unless Release is forced. Mapped means through Map or by another
+// process through the memory file (found in /proc/PID/maps, procmaps.go).
 //
 // Memory is the memory file itself: Map maps exactly the tag's accepted
 // extents from it, contiguously; Capacity.Path names the file
@@ -66,13 +67,15 @@ const maxRanges = (mailboxPayload - cci.AddDCResponseMinLen) / cci.ExtentRangeLe
 
 // Backend is a host.Backend on the virtual box's external host link.
 type Backend struct {
-	cfg   Config
-	log   *slog.Logger
-	hello sim.HostHello
-	mem   *os.File
-	path  string
-	ep    *mctp.Endpoint
-	kick  chan struct{}
+	cfg    Config
+	log    *slog.Logger
+	hello  sim.HostHello
+	mem    *os.File
+	memID  fileID // the memory file's device and inode, to find other processes' mappings
+	boxPID int    // the box's process (socket peer), whose own mapping of the file is the device, not a user
+	path   string
+	ep     *mctp.Endpoint
+	kick   chan struct{}
 
 	cancel context.CancelFunc
 	done   chan struct{}
@@ -94,7 +97,10 @@ type tagState struct {
 	pending   []cci.ExtentRange // release asked by the device, waiting for the last unmap
 }
 
-var _ host.Backend = (*Backend)(nil)
+var (
+	_ host.Backend  = (*Backend)(nil)
+	_ host.Notifier = (*Backend)(nil)
+)
 
 // Dial connects to the head's external host socket ("unix:PATH" or PATH)
 // and starts answering the device. The Backend lives until Close or until
@@ -117,8 +123,20 @@ func Dial(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		_ = c.Close()
 		return nil, fmt.Errorf("vbox: %s: %w", addr, err)
 	}
+	memID, err := fileIDOf(mem)
+	if err != nil {
+		_ = mem.Close()
+		_ = c.Close()
+		return nil, err
+	}
+	boxPID, err := peerPID(c)
+	if err != nil {
+		_ = mem.Close()
+		_ = c.Close()
+		return nil, err
+	}
 	b := &Backend{
-		cfg: cfg, log: cfg.Logger.With("ld", hello.LD), hello: hello, mem: mem,
+		cfg: cfg, log: cfg.Logger.With("ld", hello.LD), hello: hello, mem: mem, memID: memID, boxPID: boxPID,
 		path: fmt.Sprintf("/proc/%d/fd/%d", os.Getpid(), mem.Fd()),
 		kick: make(chan struct{}, 1), done: make(chan struct{}),
 		changed: make(chan struct{}), tags: map[string]*tagState{},
@@ -379,8 +397,9 @@ chains:
 		return err
 	}
 	b.askRelease(releases)
-	for _, tag := range b.releasable() {
-		if err := b.answerRelease(ctx, tag); err != nil {
+	ready, others := b.releasable()
+	for _, tag := range ready {
+		if err := b.answerRelease(ctx, tag, others); err != nil {
 			return err
 		}
 	}
@@ -452,25 +471,37 @@ func (b *Backend) askRelease(es []cci.Extent) {
 }
 
 // releasable is the tags whose asked release can be answered now: no
-// longer mapped.
-func (b *Backend) releasable() []string {
+// longer mapped, and the other processes' mappings it looked at.
+func (b *Backend) releasable() ([]string, []fileRange) {
+	b.mu.Lock()
+	asked := false
+	for _, t := range b.tags {
+		asked = asked || len(t.pending) > 0
+	}
+	b.mu.Unlock()
+	if !asked {
+		return nil, nil
+	}
+	others := b.others() // outside the lock: it reads /proc
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var ready []string
 	for tag, t := range b.tags {
-		if len(t.pending) > 0 && len(t.maps) == 0 {
+		if len(t.pending) > 0 && (t.releasing || !inUse(t, others)) {
 			ready = append(ready, tag)
 		}
 	}
-	return ready
+	return ready, others
 }
 
-// answerRelease sends the pending 4803h of tag. Caller holds callMu.
-func (b *Backend) answerRelease(ctx context.Context, tag string) error {
+// answerRelease sends the pending 4803h of tag unless it is in use (its
+// Map mappings, or others: other processes' mappings). Caller holds
+// callMu.
+func (b *Backend) answerRelease(ctx context.Context, tag string, others []fileRange) error {
 	b.mu.Lock()
 	t := b.tags[tag]
 	var rs []cci.ExtentRange
-	if t != nil && len(t.maps) == 0 {
+	if t != nil && len(t.maps) == 0 && (t.releasing || !inUse(t, others)) {
 		rs, t.pending = t.pending, nil
 		t.releasing = true
 	}
@@ -511,8 +542,11 @@ func (b *Backend) Identity(ctx context.Context) (host.Identity, error) {
 	return host.Identity{Serial: id.Serial, LD: b.hello.LD}, nil
 }
 
-func (b *Backend) capacity(tag string, t *tagState) host.Capacity {
-	c := host.Capacity{Tag: tag, Path: b.path, Kind: "simfile", InUse: len(t.maps) > 0, Releasing: t.releasing}
+// capacity is tag's Capacity; others are the other processes' mappings
+// of the memory file (nil: only Map's count).
+func (b *Backend) capacity(tag string, t *tagState, others []fileRange) host.Capacity {
+	c := host.Capacity{Tag: tag, Path: b.path, Kind: "simfile", InUse: inUse(t, others), Releasing: t.releasing,
+		ReleasePending: len(t.pending) > 0}
 	for _, e := range t.extents {
 		c.Extents = append(c.Extents, host.Extent{DPA: e.DPA, Offset: e.DPA, Length: e.Length})
 		c.Size += e.Length
@@ -528,7 +562,7 @@ func (b *Backend) Wait(ctx context.Context, tag string) (host.Capacity, error) {
 		t, ch, err := b.tags[tag], b.changed, b.err
 		var c host.Capacity
 		if t != nil {
-			c = b.capacity(tag, t)
+			c = b.capacity(tag, t, nil) // just surfaced: nobody else can have mapped it yet
 		}
 		b.mu.Unlock()
 		switch {
@@ -575,13 +609,33 @@ func (b *Backend) WaitGone(ctx context.Context, tag string) error {
 	}
 }
 
+// inUse: mapped through Map, or by another process through the memory
+// file (others, from b.others). Caller holds b.mu.
+func inUse(t *tagState, others []fileRange) bool {
+	return len(t.maps) > 0 || overlaps(others, t.extents)
+}
+
+// others is the other processes' mappings of the memory file
+// (procmaps.go). It reads /proc: call it without b.mu.
+func (b *Backend) others() []fileRange {
+	return otherMappings(b.memID, os.Getpid(), b.boxPID)
+}
+
+// Changed is closed at the next change of the tags (host.Notifier).
+func (b *Backend) Changed() <-chan struct{} {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.changed
+}
+
 // List returns the held tags.
 func (b *Backend) List(context.Context) ([]host.Capacity, error) {
+	others := b.others()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := make([]host.Capacity, 0, len(b.tags))
 	for tag, t := range b.tags {
-		out = append(out, b.capacity(tag, t))
+		out = append(out, b.capacity(tag, t, others))
 	}
 	slices.SortFunc(out, func(x, y host.Capacity) int { return strings.Compare(x.Tag, y.Tag) })
 	return out, b.err
@@ -591,6 +645,10 @@ func (b *Backend) List(context.Context) ([]host.Capacity, error) {
 // release of it be answered (now, if the device already asked).
 func (b *Backend) Release(ctx context.Context, tag string, force bool) error {
 	tag = strings.ToLower(tag)
+	var others []fileRange
+	if !force {
+		others = b.others()
+	}
 	b.mu.Lock()
 	t := b.tags[tag]
 	switch {
@@ -601,6 +659,9 @@ func (b *Backend) Release(ctx context.Context, tag string, force bool) error {
 		n := len(t.maps)
 		b.mu.Unlock()
 		return fmt.Errorf("vbox: tag %s: %d mapping(s) open: %w", tag, n, host.ErrBusy)
+	case !force && inUse(t, others):
+		b.mu.Unlock()
+		return fmt.Errorf("vbox: tag %s: another process maps it: %w", tag, host.ErrBusy)
 	}
 	for m := range t.maps {
 		m.unmapLocked()
@@ -609,7 +670,7 @@ func (b *Backend) Release(ctx context.Context, tag string, force bool) error {
 	b.mu.Unlock()
 	b.callMu.Lock()
 	defer b.callMu.Unlock()
-	return b.answerRelease(ctx, tag)
+	return b.answerRelease(ctx, tag, nil) // releasing: answered whoever maps it
 }
 
 // Keep lets tag be mapped again after a Release the box did not follow.

@@ -29,6 +29,16 @@ async function load() {
   return { dom, systems, chunks, conns, byHost };
 }
 
+// AgentBadge shows whether the host's agent (cxlhost) reports what the
+// host does with its memory: nothing when none ever did, "agent silent"
+// once its reports stopped (the host or its agent is gone).
+function AgentBadge({ agent }) {
+  if (!agent || agent.State === 'None') return null;
+  const silent = agent.State === 'Silent';
+  return html` <span class=${'badge ' + (silent ? 'bad' : 'ok')} data-agent=${agent.State}
+    title=${`${agent.Agent || 'host agent'}: ${agent.TagCount || 0} tags`}>${silent ? 'agent silent' : 'agent'}</span>`;
+}
+
 export default function Hosts({ principal, query }) {
   const [data, setData] = useState(null);
   const [err, setErr] = useState(null);
@@ -65,7 +75,7 @@ export default function Hosts({ principal, query }) {
           return html`<tr data-host=${s.Id} class=${focus === s.Id ? 'focus' : ''}>
             <td><span class="sw" style=${{ background: hostColor(hostNum(s.Id)) }}></span> <b>${s.Name}</b>${s.Name !== s.Id ? html` <span class="hint">${s.Id}</span>` : null}</td>
             <td>LD ${hostNum(s.Id)} · port ${o.Port}</td>
-            <td><${LinkBadge} up=${o.LinkUp} />${s.PowerState === 'Off' ? html` <span class="badge bad">power off</span>` : null}</td>
+            <td><${LinkBadge} up=${o.LinkUp} />${s.PowerState === 'Off' ? html` <span class="badge bad">power off</span>` : null}<${AgentBadge} agent=${o.HostAgent} /></td>
             <td class="num">${fmtMiB(o.GrantedMiB)}</td>
             <td class="num quota">${o.QuotaMiB ? html`${fmtMiB(o.QuotaMiB)}<${Meter} value=${o.GrantedMiB} max=${o.QuotaMiB} label=${`${s.Id} quota use`} />` : html`<span class="hint">none</span>`}</td>
             <td class="chunks">${held.length === 0 ? html`<span class="hint">none</span>` : held.map(({ conn, chunk }) => html`
