@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -242,7 +243,7 @@ func (s *Server) shareChunk(v *poolView, name string) (dcd.Chunk, bool) {
 }
 
 func (s *Server) postAttachShare(c echo.Context) error {
-	v, h, err := s.lookupSystem(c)
+	_, h, err := s.lookupSystem(c)
 	if err != nil {
 		return err
 	}
@@ -260,7 +261,8 @@ func (s *Server) postAttachShare(c echo.Context) error {
 	// Finding or creating the share's chunk is one step per server.
 	s.capacity.reserveMu.Lock()
 	defer s.capacity.reserveMu.Unlock()
-	if v, err = s.view(ctx); err != nil {
+	v, err := s.view(ctx)
+	if err != nil {
 		return err
 	}
 	size := uint64(req.SizeMiB) * mebibyte
@@ -352,14 +354,12 @@ func (s *Server) postLeaveShare(c echo.Context) error {
 	if !ok {
 		return redfish.ErrResourceNotFound("Share", req.Share)
 	}
-	for _, g := range v.chunkGrants(ch.ID) {
-		if g.Host == h {
-			e := redfish.ErrResourceInUse()
-			e.Messages[0].Resolution = fmt.Sprintf("%s still holds share %q: detach it first.", SystemID(h), req.Share)
-			return e
-		}
+	if gs := v.chunkGrants(ch.ID); len(gs) > 0 {
 		e := redfish.ErrResourceInUse()
 		e.Messages[0].Resolution = fmt.Sprintf("Other hosts still hold share %q; the last to leave frees it.", req.Share)
+		if slices.ContainsFunc(gs, func(g dcd.Grant) bool { return g.Host == h }) {
+			e.Messages[0].Resolution = fmt.Sprintf("%s still holds share %q: detach it first.", SystemID(h), req.Share)
+		}
 		return e
 	}
 	if err := s.dropShareChunk(c.Request().Context(), ch.ID); err != nil {

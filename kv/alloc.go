@@ -82,15 +82,6 @@ func (s *space) release(off, n uint64) {
 	s.used -= n
 }
 
-// largest is the longest free span.
-func (s *space) largest() uint64 {
-	var m uint64
-	for _, f := range s.free {
-		m = max(m, f.len)
-	}
-	return m
-}
-
 func mkdir(dir string) error {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("kv: index directory: %w", err)

@@ -42,7 +42,7 @@ func main() {
 	}
 }
 
-var errUsage = errors.New("usage: benchfig table|raw-serve|raw-bench|poolctl|redis ...")
+var errUsage = errors.New("usage: benchfig table|raw-serve|raw-bench|poolctl|redis [ARGS]")
 
 func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
 	if len(args) == 0 {

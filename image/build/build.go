@@ -6,8 +6,9 @@
 // image (image/disk) with the bundle installed in slot A.
 //
 // It shells out only to tools every Debian build host has or that it
-// installs itself: go, apt-get, xz (to unpack the bzImage payload) and
-// mke2fs (to build the data partition from a directory, no mounting).
+// installs itself: go, apt-get, xz (to unpack the bzImage payload), zstd
+// (to compress the initramfs) and mke2fs (to build the data partition
+// from a directory, no mounting).
 package build
 
 import (
@@ -231,10 +232,10 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	res.Initramfs = filepath.Join(cfg.Out, update.PartInitramfs)
-	if res.CPIOSize, res.InitramfsSize, err = gzipFile(cpio, res.Initramfs); err != nil {
+	if res.CPIOSize, res.InitramfsSize, err = zstdFile(ctx, cfg, cpio, res.Initramfs); err != nil {
 		return nil, err
 	}
-	log.Info("initramfs", "cpio", res.CPIOSize, "gzip", res.InitramfsSize)
+	log.Info("initramfs", "cpio", res.CPIOSize, "zstd", res.InitramfsSize)
 	if res.Loader, err = BuildLoader(ctx, LoaderConfig{Repo: cfg.Repo, Out: cfg.Out, Work: filepath.Join(work, "loader"),
 		Kernel: kver, PublicKey: pubPEM, Version: cfg.Version, Stderr: cfg.Stderr}); err != nil {
 		return nil, err
@@ -339,12 +340,12 @@ func run(ctx context.Context, cfg Config, dir string, env []string, name string,
 	return nil
 }
 
-// ensureTools checks for xz and mke2fs, and for what the daemon's cgo
+// ensureTools checks for xz, zstd and mke2fs, and for what the daemon's cgo
 // build needs (a C compiler, pkg-config, libusb-1.0's headers),
 // installing them when allowed.
 func ensureTools(ctx context.Context, cfg Config) error {
 	var missing []string
-	for tool, pkg := range map[string]string{"xz": "xz-utils", "mke2fs": "e2fsprogs", "gcc": "gcc", "pkg-config": "pkg-config"} {
+	for tool, pkg := range map[string]string{"xz": "xz-utils", "zstd": "zstd", "mke2fs": "e2fsprogs", "gcc": "gcc", "pkg-config": "pkg-config"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, pkg)
 		}
@@ -559,6 +560,27 @@ func LoadOrder(deps map[string]Module, want []string) ([]string, error) {
 }
 
 // gzipFile compresses src into dst and returns both sizes.
+// zstdFile compresses the box's initramfs with zstd -19: the kernel
+// (CONFIG_RD_ZSTD, as Debian's has) unpacks it faster than gzip and it is
+// ~20 % smaller (17.8 → 14.2 MB once the daemon embedded the fleet's NATS
+// server). The bundle part keeps its name, initramfs.cpio.gz, so that
+// loaders and slots written before read it: the kernel goes by the
+// format's magic, not the name. The loader's own initramfs stays gzip.
+func zstdFile(ctx context.Context, cfg Config, src, dst string) (int64, int64, error) {
+	if err := run(ctx, cfg, filepath.Dir(src), nil, "zstd", "-q", "-19", "-f", "-T1", src, "-o", dst); err != nil {
+		return 0, 0, err
+	}
+	in, err := os.Stat(src)
+	if err != nil {
+		return 0, 0, fmt.Errorf("build: %w", err)
+	}
+	out, err := os.Stat(dst)
+	if err != nil {
+		return 0, 0, fmt.Errorf("build: %w", err)
+	}
+	return in.Size(), out.Size(), nil
+}
+
 func gzipFile(src, dst string) (int64, int64, error) {
 	in, err := os.Open(src)
 	if err != nil {
@@ -747,7 +769,7 @@ func Report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "image %s (security version %d), kernel %s, built in %v\n", r.Manifest.Version,
 		r.Manifest.SecurityVersion, r.Manifest.Kernel, r.Elapsed.Round(time.Second))
 	fmt.Fprintf(w, "  signed by %s (key id %s); public key %s\n", src, r.Manifest.KeyID, r.PublicKey)
-	fmt.Fprintf(w, "  initramfs  %s (cpio %s, gzip %s: %s the 16 MiB goal), %d modules\n", r.Initramfs, mb(r.CPIOSize), mb(r.InitramfsSize), verdict, len(r.Modules))
+	fmt.Fprintf(w, "  initramfs  %s (cpio %s, zstd %s: %s the 16 MiB goal), %d modules\n", r.Initramfs, mb(r.CPIOSize), mb(r.InitramfsSize), verdict, len(r.Modules))
 	fmt.Fprintf(w, "  kernel     %s (%s; gzip %s in the bundle)\n", r.Vmlinux, mb(r.VmlinuxSize), mb(r.KernelGzSize))
 	fmt.Fprintf(w, "  bundle     %s (%s): the update image\n", r.Bundle, mb(r.BundleSize))
 	fmt.Fprintf(w, "  disk       %s (%s, sparse): slot A installed; signed manifest %s\n", r.Disk, mb(r.DiskSize), r.DiskManifest)

@@ -19,7 +19,7 @@ import (
 // Part names inside a bundle.
 const (
 	PartKernel    = "vmlinux.gz"        // the uncompressed kernel ELF (PVH bootable), gzipped
-	PartInitramfs = "initramfs.cpio.gz" // the u-root initramfs
+	PartInitramfs = "initramfs.cpio.gz" // the u-root initramfs (zstd-compressed by builds since 2026-12-02: the kernel reads either; the name stays for older loaders and slots)
 )
 
 // Errors beyond those of image/manifest (which Apply passes through:
