@@ -1,11 +1,6 @@
-//go:build kvinterop
-
-// The Python client against the real index and server (package kv, from
-// helper h3's branch) and the Go client, over loopback: Python puts, Go on
-// another host gets the same bytes, and back. Behind a build tag because
-// package kv is not in this branch; after the merge:
-//
-//	go test -tags kvinterop -run Interop ./clients/python/
+// The Python client against the real index and server (package kv) and
+// the Go client, over loopback: Python puts, Go on another host gets the
+// same bytes, and back.
 package python
 
 import (
