@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"cxlpool/api"
 	"cxlpool/api/apitest"
 	"cxlpool/host/report"
+	"cxlpool/sim"
 )
 
 // fakeClock is a settable clock for the report store.
@@ -175,4 +177,55 @@ func TestSharedAttachRule(t *testing.T) {
 	if r := env.Admin.Get(chunk0.(string)); r.Status != http.StatusNotFound {
 		t.Errorf("after the last left, GET %v = %d, want 404", chunk0, r.Status)
 	}
+}
+
+// TestReleaseWaitShownOnMemory: while a release the box started waits for
+// a program on the host (the agent reports the tag in use and the host
+// has not given it back), the Memory of the System is still there,
+// Disabled, and says why (ReleaseRefusedInUse); once an administrator
+// forces the release it is gone.
+func TestReleaseWaitShownOnMemory(t *testing.T) {
+	env := apitest.NewServer(t, apitest.Options{ReleaseTimeout: 200 * time.Millisecond})
+	chunk := reserve(t, env.Host0, 256, nil)
+	conn := connect(t, env.Host0, chunk, 0)
+	tag := strings.ToLower(get(env.Host0.GetOK(chunk), "Oem", "CxlPool", "Tag").(string))
+	action := systemURI(0) + "/Actions/Oem/CxlPool.HostReport"
+	mem := systemURI(0) + "/Memory/" + chunk[strings.LastIndex(chunk, "/")+1:]
+	wantStatus(t, "in use", env.Host0.Post(action, hostReport(tag, report.StateInUse, true)), http.StatusNoContent, "")
+
+	env.App.Box.Host(0).SetPolicy(sim.Policy{Mode: sim.NeverAnswer}) // the host does not let go
+	r := env.Admin.Delete(conn)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("DELETE %s: %s, want 202", conn, r)
+	}
+	task := r.Header.Get("Location")
+	deadline := time.Now().Add(20 * time.Second)
+	for get(env.Admin.GetOK(mem), "Status", "State") != "Disabled" {
+		if time.Now().After(deadline) {
+			t.Fatalf("Memory never shown Disabled while released: %v", env.Admin.GetOK(mem))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	wantStatus(t, "refused", env.Host0.Post(action, hostReport(tag, report.StateReleaseRefused, true)), http.StatusNoContent, "")
+	got := env.Admin.Get(mem)
+	apitest.Validate(t, got.Body)
+	m := got.JSON(t)
+	if get(m, "Enabled") != false || get(m, "Oem", "CxlPool", "Host", "State") != "ReleaseRefusedInUse" {
+		t.Errorf("Memory of a release that waits: Enabled %v, Host %v; want false, ReleaseRefusedInUse",
+			get(m, "Enabled"), get(m, "Oem", "CxlPool", "Host"))
+	}
+	if ms := members(t, env.Host0, systemURI(0)+"/Memory"); !slices.Contains(ms, mem) {
+		t.Errorf("Memory collection %v lacks %s while it is being released", ms, mem)
+	}
+	if tr := env.Admin.Get(task); tr.Status != http.StatusAccepted || get(tr.JSON(t), "TaskState") != "Running" {
+		t.Errorf("release task monitor: %s; want 202, Running while the host's program maps the memory", tr)
+	}
+
+	f := env.Admin.Post(conn+"/Actions/Oem/CxlPool.ForceRelease", map[string]any{})
+	if f.Status != http.StatusAccepted {
+		t.Fatalf("force: %s, want 202", f)
+	}
+	waitTask(t, env.Admin, f.Header.Get("Location"))
+	waitTask(t, env.Admin, task)
+	wantStatus(t, "memory after the forced release", env.Admin.Get(mem), http.StatusNotFound, "ResourceNotFound")
 }

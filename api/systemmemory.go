@@ -13,8 +13,11 @@ import (
 
 // Systems/{id}/Memory: the pool memory a host holds, one logical Memory
 // per granted chunk (Id = the chunk's Id), backed by that chunk
-// (Links.MemoryMediaSources). Capacity being offered or released is not
-// memory the host has, so only granted grants appear.
+// (Links.MemoryMediaSources). Capacity being offered is not memory the
+// host has yet, so it does not appear. Capacity being released does, as
+// Disabled, until the host has let go: a release waits while the host's
+// agent says a program maps it, and that (Oem.CxlPool.Host.State
+// ReleaseRefusedInUse) is what an administrator needs to see then.
 
 func (s *Server) systemMemoryRoutes() {
 	if s.capacity == nil {
@@ -30,7 +33,7 @@ func (s *Server) systemMemoryRoutes() {
 		byURI := map[string]dcd.Grant{}
 		var members []string
 		for _, g := range v.hostGrants(h) {
-			if g.State == dcd.GrantGranted {
+			if hostHolds(g) {
 				m := SystemMemoryURI(h, g.Chunk)
 				members = append(members, m)
 				byURI[m] = g
@@ -47,13 +50,19 @@ func (s *Server) systemMemoryRoutes() {
 		}
 		if n, ok := parseID(c.Param("mem")); ok {
 			for _, g := range v.hostGrants(h) {
-				if g.Chunk == dcd.ChunkID(n) && g.State == dcd.GrantGranted {
+				if g.Chunk == dcd.ChunkID(n) && hostHolds(g) {
 					return s.WriteResource(c, http.StatusOK, s.memory(v, g))
 				}
 			}
 		}
 		return redfish.ErrResourceNotFound("Memory", c.Param("mem"))
 	})
+}
+
+// hostHolds reports whether g is memory the host has: granted, or being
+// released and not yet given back.
+func hostHolds(g dcd.Grant) bool {
+	return g.State == dcd.GrantGranted || g.State == dcd.GrantReleasing
 }
 
 func (s *Server) memory(v *poolView, g dcd.Grant) redfish.Obj {
@@ -79,6 +88,10 @@ func (s *Server) memory(v *poolView, g dcd.Grant) redfish.Obj {
 	if ch, ok := v.chunk(g.Chunk); ok {
 		o["Links"].(redfish.Obj)["MemoryRegionMediaSources"] = redfish.Links(MemoryRegionURI(g.Host, ch.Region))
 		oem["Host"] = s.hostMemoryState(g.Host, ch.Tag.String()) // hostreports.go
+	}
+	if g.State == dcd.GrantReleasing {
+		o["Enabled"] = false
+		o["Status"] = status("Disabled")
 	}
 	o["Oem"] = oemschema.Oem("Memory", oem)
 	return o
