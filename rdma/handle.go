@@ -319,8 +319,10 @@ func (h *Handle) FetchAdd(off, delta uint64) (uint64, error) {
 // revoke refuses new accesses and waits (until ctx ends) for pinned ones
 // to drain. It is idempotent.
 func (h *Handle) revoke(ctx context.Context) error {
-	h.cancel()
+	// The gate first: whoever sees the context end (a transport, a
+	// waiter) must find new accesses already refused.
 	h.g.close()
+	h.cancel()
 	select {
 	case <-h.g.drained:
 		return nil
