@@ -38,6 +38,33 @@ var (
 	ErrReleasing = errors.New("host: capacity is being released")
 )
 
+// Mode is how the host uses a tag's memory.
+type Mode string
+
+const (
+	// ModeDevDAX: a DAX device an application maps (the default).
+	ModeDevDAX Mode = "devdax"
+	// ModeSystemRAM: onlined as the kernel's memory, a CPU-less NUMA node
+	// (Linux: the kmem driver).
+	ModeSystemRAM Mode = "system-ram"
+)
+
+// ModeSetter is a Backend that can hand a tag's memory to the kernel as
+// system RAM and back (host/linux). The virtual box's hosts are processes,
+// not kernels, so host/vbox is not one.
+type ModeSetter interface {
+	SetMode(ctx context.Context, tag string, mode Mode) error
+}
+
+// NodeReporter is a Backend that says which NUMA node a tag in system-ram
+// mode is.
+type NodeReporter interface {
+	Node(tag string) (int, error)
+}
+
+// ErrNoSystemRAM: the backend cannot online memory as system RAM.
+var ErrNoSystemRAM = errors.New("host: this backend cannot online memory as system RAM (only a Linux host can: cxlhost --device linux)")
+
 // Identity is which device and head the host sees: what the box's Redfish
 // shows for the head's logical device (its GCXLID DurableName).
 type Identity struct {

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"cxlpool/host"
 	"cxlpool/host/agent"
 )
 
@@ -46,15 +47,19 @@ func (a *app) agentClient(flagValue string) *agent.LocalClient {
 }
 
 func hostAttach(ctx context.Context, a *app, args []string) error {
-	fs := a.flags("host attach", "SIZE [--name N] [--shared NAME | --sharable] [--agent SOCKET]")
+	fs := a.flags("host attach", "SIZE [--name N] [--shared NAME | --sharable] [--mode devdax|system-ram] [--agent SOCKET]")
 	name := fs.String("name", "", "a `name` for the chunk")
 	shareName := fs.String("shared", "", "create or join the share `NAME`: every host attached to it maps the same bytes "+
 		"(an administrator allows each host the name first: poolctl hosts HostN --allow-share NAME)")
 	shared := fs.Bool("sharable", false, "reserve sharable capacity, so that an administrator can 'poolctl share' it to other hosts")
+	mode := fs.String("mode", "devdax", "`devdax` (a DAX device an application maps) or system-ram (a CPU-less NUMA node; Linux hosts only)")
 	sock := fs.String("agent", "", "the host agent's `socket` (default $CXLHOST_SOCKET or "+defaultAgentSocket+")")
 	pos, err := parse(fs, args, 1, 1)
 	if err != nil {
 		return err
+	}
+	if m := host.Mode(*mode); m != host.ModeDevDAX && m != host.ModeSystemRAM {
+		return usagef("host attach: --mode %q: want devdax or system-ram", *mode)
 	}
 	n, err := sizeArg(pos[0])
 	if err != nil {
@@ -62,7 +67,8 @@ func hostAttach(ctx context.Context, a *app, args []string) error {
 	}
 	ctx, cancel := a.deadline(ctx, false)
 	defer cancel()
-	at, err := a.agentClient(*sock).Attach(ctx, agent.AttachRequest{SizeBytes: n, Name: *name, Shared: *shared, Share: *shareName})
+	at, err := a.agentClient(*sock).Attach(ctx, agent.AttachRequest{SizeBytes: n, Name: *name, Shared: *shared, Share: *shareName,
+		Mode: host.Mode(*mode)})
 	if err != nil {
 		return err
 	}
@@ -72,7 +78,11 @@ func hostAttach(ctx context.Context, a *app, args []string) error {
 	w := a.stdout
 	fmt.Fprintf(w, "Attached %s to %s as tag %s (usable after %.3fs; the box granted in %.3fs).\n",
 		size(at.Capacity.Size), at.System, at.Tag, at.UsableSeconds, at.GrantSeconds)
-	fmt.Fprintf(w, "  Path:  %s (%s)\n", at.Capacity.Path, at.Capacity.Kind)
+	if at.Mode == host.ModeSystemRAM {
+		fmt.Fprintf(w, "  Online as system RAM: NUMA node %d (no CPUs; bind with numactl --membind=%d).\n", at.NUMANode, at.NUMANode)
+	} else {
+		fmt.Fprintf(w, "  Path:  %s (%s)\n", at.Capacity.Path, at.Capacity.Kind)
+	}
 	if err := printExtents(a, at); err != nil {
 		return err
 	}

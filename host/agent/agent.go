@@ -18,7 +18,11 @@
 // allowed the host that share name (host/share). The last host to
 // detach frees the share's chunk (CxlPool.LeaveShare).
 //
-// Not done yet: system-ram mode.
+// AttachRequest.Mode system-ram onlines the memory as a CPU-less NUMA node
+// on a backend that is a host.ModeSetter (host/linux, through kmem); the
+// virtual box's backend is not (its hosts are processes), and the attach
+// is refused before anything is reserved. If onlining fails the tag is
+// given back whole.
 package agent
 
 import (
@@ -40,6 +44,7 @@ import (
 
 // Errors the agent answers with; each names the rule that refused.
 var (
+	ErrBadMode        = errors.New("agent: want mode devdax or system-ram")
 	ErrNotHostAccount = errors.New("agent: the account is not bound to a host system (create it with role HostUser --system HostN)")
 	ErrWrongBox       = errors.New("agent: wrong box: the device this host is cabled to is not the box's device")
 	ErrWrongHead      = errors.New("agent: wrong head: the account's system is another head of the box than the one this host is cabled to")
@@ -158,6 +163,10 @@ type AttachRequest struct {
 	// first (`poolctl hosts HostN --allow-share NAME`); the size must be
 	// the share's.
 	Share string `json:"share,omitempty"`
+	// Mode is how the host uses the memory: devdax (the default) or
+	// system-ram (a CPU-less NUMA node; only backends that are a
+	// host.ModeSetter, i.e. Linux, can).
+	Mode host.Mode `json:"mode,omitempty"`
 }
 
 // Attachment is a tag's capacity on this host and how an app reaches it.
@@ -168,6 +177,11 @@ type Attachment struct {
 	Chunk      string        `json:"chunk,omitempty"`
 	Connection string        `json:"connection,omitempty"`
 	Capacity   host.Capacity `json:"capacity"`
+	// Mode is how the host uses it: devdax, system-ram, or the virtual
+	// box's simfile (Capacity.Kind).
+	Mode host.Mode `json:"mode,omitempty"`
+	// NUMANode is the node the memory is in system-ram mode (else -1).
+	NUMANode int `json:"numa_node,omitempty"`
 	// Env are ready-to-use environment lines (see EnvLines).
 	Env []string `json:"env"`
 	// GrantSeconds is how long the box took to grant; UsableSeconds how
@@ -205,6 +219,16 @@ func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, erro
 	const mib = 1 << 20
 	if req.SizeBytes == 0 || req.SizeBytes%mib != 0 {
 		return Attachment{}, fmt.Errorf("agent: size %d: want a positive whole number of MiB", req.SizeBytes)
+	}
+	// Refused before anything is reserved: nothing to undo.
+	switch req.Mode {
+	case "", host.ModeDevDAX:
+	case host.ModeSystemRAM:
+		if _, ok := a.cfg.Backend.(host.ModeSetter); !ok {
+			return Attachment{}, fmt.Errorf("agent: mode system-ram: %w", host.ErrNoSystemRAM)
+		}
+	default:
+		return Attachment{}, fmt.Errorf("agent: mode %q: %w", req.Mode, ErrBadMode)
 	}
 	if req.Share != "" {
 		if req.Name != "" && req.Name != req.Share {
@@ -252,11 +276,13 @@ func (a *Agent) Attach(ctx context.Context, req AttachRequest) (Attachment, erro
 	if err != nil {
 		return Attachment{}, undo(fmt.Errorf("agent: grant: %w", err))
 	}
-	return a.surface(ctx, start, req.Name, chunk.ODataID, cn.ODataID)
+	return a.surface(ctx, start, req.Name, chunk.ODataID, cn.ODataID, req.Mode)
 }
 
-// surface waits for the granted chunk's tag to surface on the host.
-func (a *Agent) surface(ctx context.Context, start time.Time, name, chunkURI, connURI string) (Attachment, error) {
+// surface waits for the granted chunk's tag to surface on the host and,
+// for system-ram, onlines it; if that fails the tag is given back, so a
+// refused attach leaves nothing behind.
+func (a *Agent) surface(ctx context.Context, start time.Time, name, chunkURI, connURI string, mode host.Mode) (Attachment, error) {
 	granted := a.cfg.Clock()
 	var chunk client.MemoryChunk
 	if err := a.cfg.Box.Get(ctx, chunkURI, &chunk); err != nil {
@@ -270,13 +296,41 @@ func (a *Agent) surface(ctx context.Context, start time.Time, name, chunkURI, co
 	if err != nil {
 		return Attachment{}, fmt.Errorf("agent: the grant of tag %s is not surfaced on this host: %w", tag, err)
 	}
+	out := Attachment{Tag: tag, Name: name, System: a.system, Chunk: chunkURI, Connection: connURI,
+		Capacity: capa, Mode: host.Mode(capa.Kind), NUMANode: -1, Env: EnvLines(capa)}
+	if mode == host.ModeSystemRAM {
+		if err := a.systemRAM(ctx, &out); err != nil {
+			if _, derr := a.Detach(context.WithoutCancel(ctx), tag, DetachOptions{}); derr != nil {
+				return Attachment{}, fmt.Errorf("agent: tag %s: %w; giving it back failed too: %v", tag, err, derr)
+			}
+			return Attachment{}, fmt.Errorf("agent: tag %s given back: %w", tag, err)
+		}
+	}
 	usable := a.cfg.Clock()
 	a.Kick()
-	out := Attachment{Tag: tag, Name: name, System: a.system, Chunk: chunkURI, Connection: connURI,
-		Capacity: capa, Env: EnvLines(capa),
-		GrantSeconds: granted.Sub(start).Seconds(), UsableSeconds: usable.Sub(start).Seconds()}
+	out.GrantSeconds, out.UsableSeconds = granted.Sub(start).Seconds(), usable.Sub(start).Seconds()
 	a.log.Info("attached", "tag", tag, "bytes", capa.Size, "chunk", chunk.ID)
 	return out, nil
+}
+
+// systemRAM onlines an attachment's memory as a CPU-less NUMA node: no
+// DAX path for applications then, the kernel allocates from it.
+func (a *Agent) systemRAM(ctx context.Context, at *Attachment) error {
+	ms, ok := a.cfg.Backend.(host.ModeSetter)
+	if !ok {
+		return fmt.Errorf("mode system-ram: %w", host.ErrNoSystemRAM)
+	}
+	if err := ms.SetMode(ctx, at.Tag, host.ModeSystemRAM); err != nil {
+		return fmt.Errorf("mode system-ram: %w", err)
+	}
+	at.Mode, at.Env = host.ModeSystemRAM, nil
+	if nr, ok := a.cfg.Backend.(host.NodeReporter); ok {
+		if n, err := nr.Node(at.Tag); err == nil {
+			at.NUMANode = n
+			at.Env = []string{fmt.Sprintf("CXLPOOL_NUMA_NODE=%d", n)}
+		}
+	}
+	return nil
 }
 
 // attachShare creates or joins a named share through the box; the box
@@ -305,7 +359,7 @@ func (a *Agent) attachShare(ctx context.Context, req AttachRequest) (Attachment,
 	if len(chunks) != 1 {
 		return Attachment{}, fmt.Errorf("agent: share %s: connection %s names %d chunks", req.Share, cn.ODataID, len(chunks))
 	}
-	return a.surface(ctx, start, req.Share, chunks[0], cn.ODataID)
+	return a.surface(ctx, start, req.Share, chunks[0], cn.ODataID, req.Mode)
 }
 
 // find looks up the box's chunk and this host's connection for tag.

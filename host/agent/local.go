@@ -81,8 +81,10 @@ func statusOf(err error) int {
 		return http.StatusConflict
 	case errors.Is(err, ErrNotAttached), errors.Is(err, host.ErrUnknownTag):
 		return http.StatusNotFound
-	case strings.Contains(err.Error(), "want a positive whole number of MiB"):
+	case strings.Contains(err.Error(), "want a positive whole number of MiB"), errors.Is(err, ErrBadMode):
 		return http.StatusBadRequest
+	case errors.Is(err, host.ErrNoSystemRAM):
+		return http.StatusConflict
 	}
 	if s := client.StatusOf(err); s >= 400 && s < 500 {
 		return s // the box refused the request: the caller's mistake or limit
@@ -100,6 +102,8 @@ func ruleOf(err error) string {
 		return "capacity being released cannot be mapped"
 	case errors.Is(err, ErrNotAttached), errors.Is(err, host.ErrUnknownTag):
 		return "only this host's attachments can be detached"
+	case errors.Is(err, ErrBadMode), errors.Is(err, host.ErrNoSystemRAM):
+		return "mode devdax, or system-ram on a backend that can online memory (Linux)"
 	}
 	var ce *client.Error
 	if errors.As(err, &ce) {

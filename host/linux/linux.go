@@ -97,14 +97,21 @@ var (
 	ErrAlign = errors.New("linux: misaligned size")
 )
 
-// Mode is how the host uses a tag's memory.
-type Mode string
+// Mode is how the host uses a tag's memory (host.Mode).
+type Mode = host.Mode
 
 const (
 	// DevDAX: a character device (/dev/daxX.Y) an application maps.
-	DevDAX Mode = "devdax"
+	DevDAX = host.ModeDevDAX
 	// SystemRAM: onlined to the page allocator as a CPU-less NUMA node.
-	SystemRAM Mode = "system-ram"
+	SystemRAM = host.ModeSystemRAM
+)
+
+// The agent switches modes through these (host.ModeSetter,
+// host.NodeReporter).
+var (
+	_ host.ModeSetter   = (*Backend)(nil)
+	_ host.NodeReporter = (*Backend)(nil)
 )
 
 // RegionType is which kind of CXL region static capacity is built on.
