@@ -426,7 +426,7 @@ type call struct {
 	dst   []byte // READ: where the data goes
 	batch []Op   // BATCH: the operations whose results come back
 	resp  wire.Response
-	body  []byte // other opcodes: the response body
+	body  []byte   // other opcodes: the response body
 	args  [16]byte // CAS, FAA: the operands sent
 	err   error
 	// done receives one value when the call completes (after its
