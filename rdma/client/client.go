@@ -69,6 +69,10 @@ type Client struct {
 	size  uint64
 	perms rdma.Perm
 	next  atomic.Uint64
+	// free holds finished calls for reuse, so that a request costs no
+	// allocation (a call and its channel per request were most of a
+	// small READ's garbage).
+	free sync.Pool
 }
 
 // Dial connects to the export and opens a session on every connection.
@@ -131,6 +135,26 @@ func (c *Client) Close() error {
 	return nil
 }
 
+// newCall returns a reset call for op, reused when one is free.
+func (c *Client) newCall(op wire.Opcode) *call {
+	cl, _ := c.free.Get().(*call)
+	if cl == nil {
+		return &call{op: op, done: make(chan struct{}, 1)}
+	}
+	cl.id, cl.op, cl.resp, cl.claimed = 0, op, wire.Response{}, false
+	cl.fin.Store(false)
+	return cl
+}
+
+// recycle makes cl reusable. Only a call whose completion its waiter has
+// received (or that was abandoned unclaimed, so that nothing will ever
+// complete it) may be recycled: its channel is then empty and nobody
+// else holds it.
+func (c *Client) recycle(cl *call) {
+	cl.dst, cl.batch, cl.body, cl.err = nil, nil, nil, nil
+	c.free.Put(cl)
+}
+
 func (c *Client) pick() *conn {
 	return c.conns[c.next.Add(1)%uint64(len(c.conns))]
 }
@@ -148,12 +172,21 @@ func (c *Client) Write(ctx context.Context, p []byte, off uint64) error {
 
 func (c *Client) stripe(ctx context.Context, op wire.Opcode, p []byte, off uint64) error {
 	if len(p) <= c.cfg.Stripe {
-		cl, payload := c.transfer(op, p)
+		cl := c.newCall(op)
 		cn := c.pick()
-		if err := cn.start(ctx, cl, wire.Request{Op: op, Offset: off, Length: uint32(len(p))}, payload...); err != nil {
-			return err
+		var err error
+		if op == wire.OpRead {
+			cl.dst = p
+			err = cn.start(ctx, cl, wire.Request{Op: op, Offset: off, Length: uint32(len(p))})
+		} else {
+			err = cn.start(ctx, cl, wire.Request{Op: op, Offset: off, Length: uint32(len(p))}, p)
 		}
-		return cn.wait(ctx, cl)
+		if err != nil {
+			return err // cl may have been completed: not reused
+		}
+		err = cn.wait(ctx, cl)
+		c.recycle(cl)
+		return err
 	}
 	type started struct {
 		cn *conn
@@ -181,13 +214,14 @@ func (c *Client) stripe(ctx context.Context, op wire.Opcode, p []byte, off uint6
 		if err := s.cn.wait(ctx, s.cl); err != nil && firstErr == nil {
 			firstErr = err
 		}
+		c.recycle(s.cl)
 	}
 	return firstErr
 }
 
 // transfer prepares a READ into p or a WRITE of p.
 func (c *Client) transfer(op wire.Opcode, p []byte) (*call, [][]byte) {
-	cl := &call{op: op, done: make(chan struct{})}
+	cl := c.newCall(op)
 	if op == wire.OpRead {
 		cl.dst = p
 		return cl, nil
@@ -199,47 +233,53 @@ func (c *Client) transfer(op wire.Opcode, p []byte) (*call, [][]byte) {
 // if it holds compare, and returns the word's previous value: the swap
 // happened iff it equals compare. Words are little-endian.
 func (c *Client) CompareAndSwap(ctx context.Context, off, compare, swap uint64) (uint64, error) {
-	var args [16]byte
-	binary.LittleEndian.PutUint64(args[:], compare)
-	binary.LittleEndian.PutUint64(args[8:], swap)
-	return c.atomic(ctx, wire.OpCAS, off, args[:])
+	cl := c.newCall(wire.OpCAS)
+	binary.LittleEndian.PutUint64(cl.args[:], compare)
+	binary.LittleEndian.PutUint64(cl.args[8:], swap)
+	return c.atomic(ctx, cl, off, cl.args[:16])
 }
 
 // FetchAdd adds delta to the 8-byte word at off (wrapping) and returns
 // its previous value.
 func (c *Client) FetchAdd(ctx context.Context, off, delta uint64) (uint64, error) {
-	var args [8]byte
-	binary.LittleEndian.PutUint64(args[:], delta)
-	return c.atomic(ctx, wire.OpFAA, off, args[:])
+	cl := c.newCall(wire.OpFAA)
+	binary.LittleEndian.PutUint64(cl.args[:], delta)
+	return c.atomic(ctx, cl, off, cl.args[:8])
 }
 
-func (c *Client) atomic(ctx context.Context, op wire.Opcode, off uint64, args []byte) (uint64, error) {
-	cl := &call{op: op, done: make(chan struct{})}
+// atomic runs cl, a CAS or FAA whose operands args are in cl.args (a
+// local array would escape to the heap through start's payload).
+func (c *Client) atomic(ctx context.Context, cl *call, off uint64, args []byte) (uint64, error) {
 	cn := c.pick()
-	if err := cn.start(ctx, cl, wire.Request{Op: op, Offset: off, Length: 8}, args); err != nil {
+	if err := cn.start(ctx, cl, wire.Request{Op: cl.op, Offset: off, Length: 8}, args); err != nil {
 		return 0, err
 	}
-	if err := cn.wait(ctx, cl); err != nil {
+	err := cn.wait(ctx, cl)
+	v := cl.resp.Value
+	c.recycle(cl)
+	if err != nil {
 		return 0, err
 	}
-	return cl.resp.Value, nil
+	return v, nil
 }
 
 // Ping round-trips an empty request on one connection.
 func (c *Client) Ping(ctx context.Context) error {
-	cl := &call{op: wire.OpPing, done: make(chan struct{})}
+	cl := c.newCall(wire.OpPing)
 	cn := c.pick()
-	if err := cn.start(ctx, cl, wire.Request{Op: wire.OpPing}, nil); err != nil {
+	if err := cn.start(ctx, cl, wire.Request{Op: wire.OpPing}); err != nil {
 		return err
 	}
-	return cn.wait(ctx, cl)
+	err := cn.wait(ctx, cl)
+	c.recycle(cl)
+	return err
 }
 
 // Control sends a request of an extension opcode (wire.OpConnect) with
 // body on the first connection's session and returns the response body.
 // The verbs transport sets itself up through it.
 func (c *Client) Control(ctx context.Context, op wire.Opcode, body []byte) ([]byte, error) {
-	cl := &call{op: op, done: make(chan struct{})}
+	cl := &call{op: op, done: make(chan struct{}, 1)}
 	cn := c.conns[0]
 	if err := cn.start(ctx, cl, wire.Request{Op: op, Body: uint32(len(body))}, body); err != nil {
 		return nil, err
@@ -307,7 +347,7 @@ func (c *Client) Batch(ctx context.Context, ops []Op) error {
 			firstErr = err
 			break
 		}
-		cl := &call{op: wire.OpBatch, batch: group, done: make(chan struct{})}
+		cl := &call{op: wire.OpBatch, batch: group, done: make(chan struct{}, 1)}
 		cn := c.pick()
 		if err := cn.start(ctx, cl, wire.Request{Op: wire.OpBatch, Body: uint32(body)}, bufs...); err != nil {
 			firstErr = err
@@ -386,9 +426,15 @@ type call struct {
 	dst   []byte // READ: where the data goes
 	batch []Op   // BATCH: the operations whose results come back
 	resp  wire.Response
-	body  []byte // other opcodes: the response body
+	body  []byte   // other opcodes: the response body
+	args  [16]byte // CAS, FAA: the operands sent
 	err   error
-	done  chan struct{}
+	// done receives one value when the call completes (after its
+	// fields are set); the waiter takes it, which leaves the channel
+	// empty for the call's reuse. fin says the same to the goroutine
+	// reading responses without taking the value.
+	done chan struct{}
+	fin  atomic.Bool
 	// claimed is set (under conn.mu) once the goroutine reading
 	// responses has taken the call to fill it; from then on only that
 	// goroutine completes it.
@@ -419,10 +465,18 @@ type conn struct {
 	// than a reader goroutine that wakes it) saves a goroutine hand-off
 	// per round trip, which is most of a small READ's client cost.
 	readTok chan struct{}
-	// abort guards the read deadline a leader's context may move into
-	// the past while it waits for a response to begin.
-	abortMu sync.Mutex
-	abortOn bool
+	// abortMu guards the read deadline a leader's context may move
+	// into the past while it waits for a response to begin (abortOn),
+	// and the context watch. One context.AfterFunc stays registered
+	// per connection for the Done channel of the last leader's context
+	// (watchDone), so that a caller that keeps using one cancellable
+	// context (poolctl's, a server's request context) costs no
+	// registration, allocation or deadline update per request.
+	abortMu   sync.Mutex
+	abortOn   bool
+	abortHit  bool // the read deadline was moved into the past
+	watchDone <-chan struct{}
+	watchStop func() bool
 }
 
 // dial opens a connection and its session synchronously; everything after
@@ -562,7 +616,9 @@ func (cn *conn) start(ctx context.Context, cl *call, req wire.Request, payload .
 // wait waits for cl, reading responses itself when no other caller is.
 // If ctx ends first, an unclaimed call is abandoned (its response will
 // be discarded); a claimed one is being filled from the socket and is
-// waited for, because its buffer is the caller's.
+// waited for, because its buffer is the caller's. When wait returns, cl's
+// completion has been received (or it was abandoned unclaimed): nothing
+// else refers to it.
 func (cn *conn) wait(ctx context.Context, cl *call) error {
 	for {
 		select {
@@ -572,7 +628,8 @@ func (cn *conn) wait(ctx context.Context, cl *call) error {
 			err := cn.lead(ctx, cl)
 			cn.readTok <- struct{}{}
 			if err == nil {
-				continue // cl is done
+				<-cl.done // lead returns nil only once cl is complete
+				return cl.err
 			}
 		case <-ctx.Done():
 		}
@@ -592,39 +649,72 @@ func (cn *conn) wait(ctx context.Context, cl *call) error {
 	}
 }
 
-// lead reads responses until cl is done. It returns ctx's error, with the
-// stream intact, if ctx ends while no response has begun to arrive; a
-// broken stream fails the connection (and so cl) and returns nil.
-func (cn *conn) lead(ctx context.Context, cl *call) error {
-	var stop func() bool
-	if ctx.Done() != nil {
-		cn.abortMu.Lock()
-		cn.abortOn = true
-		cn.abortMu.Unlock()
-		stop = context.AfterFunc(ctx, func() {
+// arm makes ctx's end move the read deadline into the past while the
+// leader waits for a response to begin. The AfterFunc registered for the
+// previous leader's context is kept when ctx has the same Done channel.
+func (cn *conn) arm(ctx context.Context) {
+	d := ctx.Done()
+	cn.abortMu.Lock()
+	if cn.watchDone != d {
+		if cn.watchStop != nil {
+			cn.watchStop()
+		}
+		cn.watchDone = d
+		cn.watchStop = context.AfterFunc(ctx, func() {
 			cn.abortMu.Lock()
-			if cn.abortOn {
+			if cn.abortOn && cn.watchDone == d {
+				cn.abortHit = true
 				_ = cn.nc.SetReadDeadline(time.Unix(1, 0))
 			}
 			cn.abortMu.Unlock()
 		})
-		defer func() {
-			stop()
-			cn.abortMu.Lock()
-			cn.abortOn = false
-			cn.abortMu.Unlock()
-			_ = cn.nc.SetReadDeadline(time.Time{})
-		}()
 	}
+	cn.abortOn = true
+	cn.abortMu.Unlock()
+}
+
+// disarm undoes arm; the read deadline is cleared only if ctx's end moved
+// it (a deadline update costs a runtime timer operation).
+func (cn *conn) disarm() {
+	cn.abortMu.Lock()
+	cn.abortOn = false
+	hit := cn.abortHit
+	cn.abortHit = false
+	cn.abortMu.Unlock()
+	if hit {
+		_ = cn.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// lead reads responses until cl is done. It returns ctx's error, with the
+// stream intact, if ctx ends while no response has begun to arrive; a
+// broken stream fails the connection (and so cl) and returns nil.
+func (cn *conn) lead(ctx context.Context, cl *call) error {
+	watched := ctx.Done() != nil
 	for {
-		select {
-		case <-cl.done:
+		if cl.fin.Load() {
 			return nil
-		default:
+		}
+		if watched {
+			cn.arm(ctx)
+			// A context that ended before arm (its AfterFunc may
+			// have run already) would not interrupt the read.
+			if ctx.Err() != nil {
+				cn.disarm()
+				if cl.fin.Load() {
+					return nil
+				}
+				return ctx.Err()
+			}
 		}
 		// Peek consumes nothing: a deadline hit here leaves the
 		// stream as it was.
 		hdr, err := cn.br.Peek(wire.ResponseLen)
+		if watched {
+			// A response has begun (or the read failed): read all
+			// of it whatever ctx does.
+			cn.disarm()
+		}
 		if err != nil {
 			var ne net.Error
 			if ctx.Err() != nil && errors.As(err, &ne) && ne.Timeout() {
@@ -632,13 +722,6 @@ func (cn *conn) lead(ctx context.Context, cl *call) error {
 			}
 			cn.fail(fmt.Errorf("%w: %s: %w", ErrConnection, cn.cfg.Addr, err))
 			return nil
-		}
-		if stop != nil {
-			// A response has begun: read all of it whatever ctx does.
-			cn.abortMu.Lock()
-			cn.abortOn = false
-			cn.abortMu.Unlock()
-			_ = cn.nc.SetReadDeadline(time.Time{})
 		}
 		r, err := wire.ParseResponse(hdr)
 		if err == nil {
@@ -649,20 +732,13 @@ func (cn *conn) lead(ctx context.Context, cl *call) error {
 			cn.fail(fmt.Errorf("%w: %s: %w", ErrConnection, cn.cfg.Addr, err))
 			return nil
 		}
-		if stop != nil {
-			cn.abortMu.Lock()
-			cn.abortOn = true
-			cn.abortMu.Unlock()
-			if ctx.Err() != nil {
-				select {
-				case <-cl.done:
-					return nil
-				default:
-					return ctx.Err()
-				}
-			}
-		}
 	}
+}
+
+// complete hands cl to its waiter.
+func complete(cl *call) {
+	cl.fin.Store(true)
+	cl.done <- struct{}{}
 }
 
 // fail ends the connection: every call in flight fails with err.
@@ -675,9 +751,15 @@ func (cn *conn) fail(err error) {
 	cn.calls = map[uint64]*call{}
 	cn.mu.Unlock()
 	cn.nc.Close()
+	cn.abortMu.Lock()
+	if cn.watchStop != nil {
+		cn.watchStop()
+		cn.watchStop, cn.watchDone = nil, nil
+	}
+	cn.abortMu.Unlock()
 	for _, cl := range calls {
 		cl.err = err
-		close(cl.done)
+		complete(cl)
 		<-cn.window
 	}
 }
@@ -712,7 +794,7 @@ func (cn *conn) dispatch(r wire.Response) error {
 		if err != nil {
 			cl.err = fmt.Errorf("%w: %s: %w", ErrConnection, cn.cfg.Addr, err)
 		}
-		close(cl.done)
+		complete(cl)
 		<-cn.window
 	}
 	return err

@@ -217,7 +217,18 @@ func TestAbandonedCall(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	// The connection keeps one context watch for the last context it
+	// read with: replacing another context's watch, then reusing it for
+	// the abandoned call, must still interrupt the wait.
+	ctx0, cancel0 := context.WithCancel(context.Background())
+	defer cancel0()
 	ctx, cancel := context.WithCancel(context.Background())
+	for _, ctx := range []context.Context{ctx0, ctx} {
+		if err := c.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+		<-got
+	}
 	done := make(chan error, 1)
 	go func() { done <- c.Read(ctx, make([]byte, 100), 0) }()
 	<-got // the READ is on the server

@@ -262,6 +262,7 @@ type conn struct {
 	aborted  atomic.Bool
 
 	hdr    [wire.RequestLen]byte
+	args   [16]byte // an atomic request's operands
 	slab   []byte
 	pieces []piece
 	queued int
@@ -731,7 +732,7 @@ func atomicOp(h *rdma.Handle, op wire.Opcode, off uint64, args []byte) (uint64, 
 }
 
 func (c *conn) atomic(req wire.Request) error {
-	var args [16]byte
+	args := c.args[:] // a local array would escape through io.ReadFull
 	if err := c.need(int(req.Body), false); err != nil {
 		return err
 	}
