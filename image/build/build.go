@@ -567,7 +567,7 @@ func LoadOrder(deps map[string]Module, want []string) ([]string, error) {
 // loaders and slots written before read it: the kernel goes by the
 // format's magic, not the name. The loader's own initramfs stays gzip.
 func zstdFile(ctx context.Context, cfg Config, src, dst string) (int64, int64, error) {
-	if err := run(ctx, cfg, filepath.Dir(src), nil, "zstd", "-q", "-19", "-f", "-T1", src, "-o", dst); err != nil {
+	if err := run(ctx, cfg, filepath.Dir(src), nil, "zstd", "-q", "-19", "-f", "-T0", src, "-o", dst); err != nil {
 		return 0, 0, err
 	}
 	in, err := os.Stat(src)
