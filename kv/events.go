@@ -170,6 +170,11 @@ func (ix *Index) emitLocked(kind EventKind, ns *nsState, reason string, bs []*bl
 	ix.ev.emit(Event{Kind: kind, Namespace: ns.name, Reason: reason, Blocks: eventBlocks(bs)})
 }
 
+// Resync sends, for every namespace, Cleared and then Stored of the
+// blocks it holds now (a sink that starts forwarding late, e.g. when the
+// fleet plane comes up, tells its router the whole state).
+func (ix *Index) Resync() { ix.emitState() }
+
 // emitState sends, for every namespace, Cleared and then Stored of what
 // it holds (at open: a router that followed the box before its restart
 // learns what is there now).
@@ -179,6 +184,9 @@ func (ix *Index) emitState() {
 	}
 	ix.mu.Lock()
 	defer ix.mu.Unlock()
+	if ix.closed {
+		return
+	}
 	names := make([]string, 0, len(ix.ns))
 	for n := range ix.ns {
 		names = append(names, n)
