@@ -105,4 +105,3 @@ func TestKVEventsFleet(t *testing.T) {
 		}
 	}
 }
-
