@@ -35,6 +35,16 @@ func (s *Server) feedKVEvents() {
 		return
 	}
 	ch, cancel := s.cfg.KVEvents(kvEventBuffer)
+	feed(s, ch, cancel, func(e kv.Event) {
+		for _, ev := range kvEvents(e) {
+			s.Publish(ev)
+		}
+	})
+}
+
+// feed runs fn on each value of ch, on a goroutine of the service's
+// background group, until ch closes or the service does; then cancel.
+func feed[T any](s *Server, ch <-chan T, cancel func(), fn func(T)) {
 	s.bg.Add(1)
 	go func() {
 		defer s.bg.Done()
@@ -43,13 +53,11 @@ func (s *Server) feedKVEvents() {
 			select {
 			case <-s.ctx.Done():
 				return
-			case e, ok := <-ch:
+			case v, ok := <-ch:
 				if !ok {
 					return
 				}
-				for _, ev := range kvEvents(e) {
-					s.Publish(ev)
-				}
+				fn(v)
 			}
 		}
 	}()

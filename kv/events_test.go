@@ -8,7 +8,6 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"cxlpool/dcd"
-	"cxlpool/fabric/cci"
 	"cxlpool/kv"
 )
 
@@ -46,23 +45,7 @@ func evBlocks(n uint64, keys ...string) []kv.EventBlock {
 func TestEvents(t *testing.T) {
 	rec := &evRecorder{}
 	clk := &clock{}
-	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: t.TempDir(), Clock: clk.now, Events: rec.sink})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.CreateNamespace("ns", chunk, 2*chunk); err != nil {
-		t.Fatal(err)
-	}
-	for i := range 2 {
-		c := kv.ChunkInfo{ID: dcd.ChunkID(i + 1), Tag: cci.Tag{byte(i + 1)}, Size: chunk,
-			Extents: []cci.Extent{{DPA: uint64(i+1) << 30, Length: chunk}}}
-		if err := ix.AddChunk("ns", c); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := ix.SetMember("ns", 1, tok(1)); err != nil {
-		t.Fatal(err)
-	}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: clk.now, Events: rec.sink}, 2)
 	s := open(t, ix)
 	ctx := context.Background()
 
@@ -167,19 +150,7 @@ func TestEventsSlowSink(t *testing.T) {
 		mu.Unlock()
 	}
 	clk := &clock{}
-	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: t.TempDir(), Clock: clk.now, Events: sink, EventQueue: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.CreateNamespace("ns", chunk, chunk); err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.AddChunk("ns", kv.ChunkInfo{ID: 1, Tag: cci.Tag{1}, Size: chunk, Extents: []cci.Extent{{DPA: 1 << 30, Length: chunk}}}); err != nil {
-		t.Fatal(err)
-	}
-	if err := ix.SetMember("ns", 1, tok(1)); err != nil {
-		t.Fatal(err)
-	}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: clk.now, Events: sink, EventQueue: 1}, 1)
 	s := open(t, ix)
 	const n = 5
 	for i := range n {
