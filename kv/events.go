@@ -39,7 +39,9 @@ const (
 	ReasonDelete = "delete" // a client deleted them
 	ReasonEvict  = "evict"  // a put needed room
 	ReasonShrink = "shrink" // their chunk left the namespace (Resize)
-	ReasonStart  = "start"  // the state the index holds at open (Cleared, then Stored)
+	// ReasonResync: the whole state, Cleared then Stored of what each
+	// namespace holds, at open, on Resync and after dropped events.
+	ReasonResync = "resync"
 )
 
 // Event is one change of a namespace's blocks, after its log record is
@@ -48,7 +50,7 @@ const (
 type Event struct {
 	Kind      EventKind
 	Namespace string
-	Reason    string // for Removed (and Cleared/Stored at open: ReasonStart)
+	Reason    string // for Removed; ReasonResync for a resync's Cleared and Stored
 	Blocks    []EventBlock
 }
 
@@ -89,13 +91,18 @@ type events struct {
 	sink    EventSink
 	ch      chan Event
 	dropped atomic.Uint64
-	ctx     context.Context
-	cancel  context.CancelFunc
-	done    chan struct{}
-	once    sync.Once
+	// lost says events were dropped since the last resync: once the
+	// queue is empty again the dispatcher resyncs (Index.Resync), so a
+	// router that missed changes learns the whole state.
+	lost   atomic.Bool
+	resync func()
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
 }
 
-func newEvents(sink EventSink, queue int) *events {
+func newEvents(sink EventSink, queue int, resync func()) *events {
 	if sink == nil {
 		return nil
 	}
@@ -103,7 +110,7 @@ func newEvents(sink EventSink, queue int) *events {
 		queue = DefaultEventQueue
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{})}
+	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{}), resync: resync}
 	go e.run()
 	return e
 }
@@ -112,6 +119,9 @@ func (e *events) run() {
 	defer close(e.done)
 	for ev := range e.ch {
 		e.sink(e.ctx, ev)
+		if len(e.ch) == 0 && e.lost.Swap(false) && e.ctx.Err() == nil {
+			e.resync() // emits into e.ch: the loop goes on with them
+		}
 	}
 }
 
@@ -125,6 +135,7 @@ func (e *events) emit(ev Event) {
 	case e.ch <- ev:
 	default:
 		e.dropped.Add(1)
+		e.lost.Store(true)
 	}
 }
 
@@ -144,9 +155,9 @@ func (e *events) wait() {
 	}
 }
 
-// EventsDropped is how many events a full queue dropped since open (a
-// router following them has missed changes; the next restart's Cleared
-// and Stored events resynchronise it).
+// EventsDropped is how many events a full queue dropped since open. A
+// router following them missed changes: once the queue has drained, the
+// index sends Cleared and Stored of every namespace again (Resync).
 func (ix *Index) EventsDropped() uint64 {
 	if ix.ev == nil {
 		return 0
@@ -188,13 +199,21 @@ func (ix *Index) emitState() {
 		return
 	}
 	names := make([]string, 0, len(ix.ns))
-	for n := range ix.ns {
+	need := 0
+	for n, ns := range ix.ns {
 		names = append(names, n)
+		need += 1 + (len(ns.keys)+startBatch-1)/startBatch
+	}
+	if need > cap(ix.ev.ch)-len(ix.ev.ch) {
+		// Half a state would mislead a router more than none: try again
+		// once the queue has drained.
+		ix.ev.lost.Store(true)
+		return
 	}
 	slices.Sort(names)
 	for _, n := range names {
 		ns := ix.ns[n]
-		ix.ev.emit(Event{Kind: EventCleared, Namespace: n, Reason: ReasonStart})
+		ix.ev.emit(Event{Kind: EventCleared, Namespace: n, Reason: ReasonResync})
 		ids := make([]uint64, 0, len(ns.keys))
 		for _, b := range ns.keys {
 			ids = append(ids, b.id)
@@ -204,11 +223,11 @@ func (ix *Index) emitState() {
 		for _, id := range ids {
 			bs = append(bs, ns.blocks[id])
 			if len(bs) == startBatch {
-				ix.emitLocked(EventStored, ns, ReasonStart, bs)
+				ix.emitLocked(EventStored, ns, ReasonResync, bs)
 				bs = bs[:0:0]
 			}
 		}
-		ix.emitLocked(EventStored, ns, ReasonStart, bs)
+		ix.emitLocked(EventStored, ns, ReasonResync, bs)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -129,8 +130,8 @@ func TestEventsAtOpen(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []kv.Event{
-		{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonStart},
-		{Kind: kv.EventStored, Namespace: "ns", Reason: kv.ReasonStart, Blocks: evBlocks(4096, "x", "y")},
+		{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonResync},
+		{Kind: kv.EventStored, Namespace: "ns", Reason: kv.ReasonResync, Blocks: evBlocks(4096, "x", "y")},
 	}
 	if diff := cmp.Diff(want, rec.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
@@ -164,5 +165,43 @@ func TestEventsSlowSink(t *testing.T) {
 	dropped := ix.EventsDropped()
 	if dropped == 0 || delivered+int(dropped) != n {
 		t.Errorf("delivered %d, dropped %d; want some dropped and %d in all", delivered, dropped, n)
+	}
+}
+
+// TestEventsResyncAfterDrops: once a slow sink has drained the queue
+// after drops, the index sends the whole state again (Cleared, then
+// Stored of every block), so a router that missed changes catches up.
+func TestEventsResyncAfterDrops(t *testing.T) {
+	release := make(chan struct{})
+	rec := &evRecorder{}
+	sink := func(ctx context.Context, e kv.Event) {
+		<-release
+		rec.sink(ctx, e)
+	}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: (&clock{}).now, Events: sink, EventQueue: 4}, 1)
+	defer ix.Close()
+	s := open(t, ix)
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	for _, k := range keys {
+		put(t, s, k, 4096) // one in the sink, four queued, the rest dropped
+	}
+	if ix.EventsDropped() == 0 {
+		t.Fatal("nothing dropped")
+	}
+	close(release)
+	want := []kv.Event{
+		{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonResync},
+		{Kind: kv.EventStored, Namespace: "ns", Reason: kv.ReasonResync, Blocks: evBlocks(4096, keys...)},
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := rec.events()
+		if len(got) >= 2 && cmp.Equal(want, got[len(got)-2:]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no resync; events: %+v", got)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
 	}
 }

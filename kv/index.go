@@ -181,7 +181,7 @@ func OpenIndex(cfg IndexConfig) (*Index, error) {
 	for _, ns := range ix.ns {
 		ix.log.Info("kv namespace restored", "namespace", ns.name, "blocks", len(ns.keys), "chunks", len(ns.chunks), "used", ns.used)
 	}
-	ix.ev = newEvents(cfg.Events, cfg.EventQueue)
+	ix.ev = newEvents(cfg.Events, cfg.EventQueue, ix.Resync)
 	ix.emitState()
 	return ix, nil
 }
