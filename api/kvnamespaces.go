@@ -78,6 +78,7 @@ func (s *Server) kvNamespaceRoutes() {
 	s.Handle(http.MethodDelete, KVNamespacesURI+"/:id", redfish.PrivConfigureComponents, s.deleteKVNamespace)
 	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Join", redfish.PrivConfigureComponents, s.kvJoin)
 	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Leave", redfish.PrivConfigureComponents, s.kvLeave)
+	s.feedKVEvents() // kvevents.go
 }
 
 // kvErr maps a kv error to its Redfish error, naming the rule.

@@ -95,6 +95,10 @@ type Config struct {
 	// KV is the KV-cache store's namespaces (kvnamespaces.go). Nil: not
 	// served.
 	KV *kv.Service
+	// KVEvents, if set, delivers the KV store's block events
+	// (appliance.SubscribeKVEvents); they go to the EventLog, SSE and
+	// push subscriptions (kvevents.go).
+	KVEvents func(buf int) (<-chan kv.Event, func())
 	// Exports serves pool memory to remote racks: the Fabrics/RDMA
 	// resources (exports.go). Nil: no exports and no RDMA fabric.
 	Exports *rdma.Service

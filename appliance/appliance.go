@@ -114,6 +114,7 @@ type Appliance struct {
 	// Fleet is the fleet plane once started (fleet.go); nil when off.
 	Fleet   *Fleet
 	kvHeat  kvHeat      // the KV store's eviction reads Telemetry's heat through it
+	kvEv    kvEvents    // the KV index's block events, to the fleet plane and subscribers (kv.go)
 	check   *startCheck // consistency.go
 	closers []func() error
 

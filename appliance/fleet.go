@@ -116,6 +116,13 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 	go func() { defer close(done); svc.Run(rctx) }()
 	a.closers = append(a.closers, func() error { cancel(); <-done; return nil })
 	a.Fleet = f
+	// The KV store's block events go on the plane from now on (kv.go),
+	// after the state the index holds (Cleared, then Stored: a router
+	// that followed this box before learns what is there now). Closers
+	// run in reverse: publishing stops before the plane closes.
+	a.kvEv.setPublisher(p.NewKVEvents(a.Manager.Box().Identity.Serial))
+	a.closers = append(a.closers, func() error { a.kvEv.setPublisher(nil); return nil })
+	a.KV.Ix.Resync()
 	log.Info("fleet plane up", "box", box, "servers", pcfg.URLs, "embedded", f.Embedded != nil)
 	return nil
 }

@@ -2,13 +2,17 @@ package appliance
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"sync"
 	"sync/atomic"
 	"time"
 
+	"cxlpool/fleet"
 	"cxlpool/kv"
 	"cxlpool/kv/evict"
 )
@@ -35,8 +39,10 @@ func (a *Appliance) openKV() error {
 	newEvictor := func(string) kv.Evictor {
 		return kv.Adapt[evict.Range](evict.NewHot(&a.kvHeat, a.cfg.Clock))
 	}
+	a.kvEv.log = a.cfg.Logger.With("component", "kv-events")
 	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"),
-		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock, NewEvictor: newEvictor}})
+		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock, NewEvictor: newEvictor,
+			Events: a.kvEv.sink}})
 	if err != nil {
 		return fmt.Errorf("appliance: %w", err)
 	}
@@ -92,4 +98,96 @@ func (a *Appliance) startKV(ctx context.Context) error {
 	}
 	a.closers = append(a.closers, srv.Close)
 	return nil
+}
+
+// kvEvents fans the KV index's block events out (on the index's dispatch
+// goroutine, in order): to the fleet plane's publisher once the plane is
+// up, and to every subscriber (the API's event service: SSE). A
+// subscriber that does not keep up loses events; a publish that fails is
+// logged and dropped (the router resynchronises from the Cleared and
+// Stored events the box sends when it joins the plane).
+type kvEvents struct {
+	log  *slog.Logger
+	pub  atomic.Pointer[fleetKV]
+	mu   sync.Mutex
+	subs map[chan kv.Event]struct{}
+}
+
+type fleetKV struct{ p fleet.KVEventPublisher }
+
+// kvPublishTimeout bounds one event's publish: a plane that does not
+// answer holds the queue up this long per event, never the index.
+const kvPublishTimeout = 5 * time.Second
+
+func (k *kvEvents) sink(ctx context.Context, e kv.Event) {
+	if f := k.pub.Load(); f != nil {
+		pctx, cancel := context.WithTimeout(ctx, kvPublishTimeout)
+		err := publishKV(pctx, f.p, e)
+		cancel()
+		if err != nil && ctx.Err() == nil {
+			k.log.Warn("kv event not published on the fleet plane", "namespace", e.Namespace, "kind", e.Kind, "err", err)
+		}
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for ch := range k.subs {
+		select {
+		case ch <- e:
+		default:
+		}
+	}
+}
+
+// publishKV is one kv.Event as the fleet's KV-event calls. The box knows
+// a block only by its key: the block hash is kv.KeyHash(key), the tokens
+// hash the same number (clients do not tell the box their tokens), and
+// parent_hash null (nor their sequences).
+func publishKV(ctx context.Context, p fleet.KVEventPublisher, e kv.Event) error {
+	switch e.Kind {
+	case kv.EventStored:
+		bs := make([]fleet.StoredBlock, len(e.Blocks))
+		for i, b := range e.Blocks {
+			bs[i] = fleet.StoredBlock{BlockHash: b.Hash, TokensHash: b.Hash}
+		}
+		return p.BlockStored(ctx, e.Namespace, nil, bs)
+	case kv.EventRemoved:
+		hs := make([]uint64, len(e.Blocks))
+		for i, b := range e.Blocks {
+			hs[i] = b.Hash
+		}
+		return p.BlockRemoved(ctx, e.Namespace, hs)
+	case kv.EventCleared:
+		return p.AllBlocksCleared(ctx, e.Namespace)
+	}
+	return errors.New("appliance: unknown kv event")
+}
+
+// setPublisher starts (or, nil, stops) publishing on the fleet plane.
+func (k *kvEvents) setPublisher(p fleet.KVEventPublisher) {
+	if p == nil {
+		k.pub.Store(nil)
+		return
+	}
+	k.pub.Store(&fleetKV{p: p})
+}
+
+// SubscribeKVEvents delivers the KV store's block events (stored,
+// removed, cleared) until cancel; a full channel loses events.
+func (a *Appliance) SubscribeKVEvents(buf int) (<-chan kv.Event, func()) {
+	ch := make(chan kv.Event, buf)
+	k := &a.kvEv
+	k.mu.Lock()
+	if k.subs == nil {
+		k.subs = map[chan kv.Event]struct{}{}
+	}
+	k.subs[ch] = struct{}{}
+	k.mu.Unlock()
+	var once sync.Once
+	return ch, func() {
+		once.Do(func() {
+			k.mu.Lock()
+			delete(k.subs, ch)
+			k.mu.Unlock()
+		})
+	}
 }

@@ -40,6 +40,11 @@ type IndexConfig struct {
 	// it as a snapshot of the state (64 MiB), once it is also twice the
 	// last snapshot's size.
 	CompactAt int64
+	// Events, if set, receives BlockStored/BlockRemoved/Cleared events
+	// (events.go) once each change is durable, through a queue of
+	// EventQueue (DefaultEventQueue) that drops when full.
+	Events     EventSink
+	EventQueue int
 }
 
 // Index is the KV index of every namespace. Methods are safe for
@@ -55,6 +60,7 @@ type Index struct {
 	nextSess uint64
 	closed   bool
 	lastSnap int64 // size of the last snapshot written
+	ev       *events
 }
 
 type blockState uint8
@@ -175,6 +181,8 @@ func OpenIndex(cfg IndexConfig) (*Index, error) {
 	for _, ns := range ix.ns {
 		ix.log.Info("kv namespace restored", "namespace", ns.name, "blocks", len(ns.keys), "chunks", len(ns.chunks), "used", ns.used)
 	}
+	ix.ev = newEvents(cfg.Events, cfg.EventQueue, ix.Resync)
+	ix.emitState()
 	return ix, nil
 }
 
@@ -189,7 +197,9 @@ func (ix *Index) Close() error {
 	for _, s := range ix.sessions {
 		ix.closeLocked(s, false)
 	}
+	ix.ev.stop()
 	ix.mu.Unlock()
+	ix.ev.wait()
 	return ix.wal.close()
 }
 

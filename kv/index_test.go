@@ -38,7 +38,13 @@ func tok(b byte) (t [kv.TokenSize]byte) {
 // (quota the same: no growth), host 1 a member with token tok(1).
 func newIndex(t *testing.T, dir string, clk *clock, chunks int) *kv.Index {
 	t.Helper()
-	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, Clock: clk.now})
+	return newIndexCfg(t, kv.IndexConfig{Dir: dir, Clock: clk.now}, chunks)
+}
+
+// newIndexCfg is newIndex with the index's configuration.
+func newIndexCfg(t *testing.T, cfg kv.IndexConfig, chunks int) *kv.Index {
+	t.Helper()
+	ix, err := kv.OpenIndex(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -163,6 +163,9 @@ func (ix *Index) DrainChunk(name string, id dcd.ChunkID) error {
 	if err := ix.freeLocked(ns, bs, nil); err != nil {
 		return err
 	}
+	if !ns.deleting { // a namespace being deleted said Cleared already
+		ix.emitLocked(EventRemoved, ns, ReasonShrink, bs)
+	}
 	ns.evictions += uint64(len(bs))
 	if busy > 0 || c.space.used > 0 {
 		return fmt.Errorf("kv: chunk %d still holds %d pinned, reserved or committing blocks: %w", id, busy, ErrPinned)
@@ -252,6 +255,11 @@ func (ix *Index) BeginDelete(name string) error {
 	ns, err := ix.nsLocked(name)
 	if err != nil {
 		return err
+	}
+	if !ns.deleting && ix.ev != nil && !ix.closed {
+		// From here no session can reach any of its blocks: a router
+		// forgets them all at once, not chunk by chunk as they drain.
+		ix.ev.emit(Event{Kind: EventCleared, Namespace: name})
 	}
 	ns.deleting = true
 	for _, s := range ix.sessions {

@@ -278,6 +278,7 @@ func (ix *Index) makeRoomLocked(ctx context.Context, ns *nsState, need uint64, i
 	if err := ix.freeLocked(ns, bs, ids); err != nil {
 		return err
 	}
+	ix.emitLocked(EventRemoved, ns, ReasonEvict, bs)
 	ns.evictions += uint64(len(bs))
 	return nil
 }
@@ -388,6 +389,7 @@ func (s *Session) Commit(ids []uint64) ([]error, error) {
 		ix.mu.Lock()
 	}
 	j := 0
+	stored := bs[:0:0]
 	for i := range ids {
 		if out[i] != nil {
 			continue
@@ -415,7 +417,9 @@ func (s *Session) Commit(ids []uint64) ([]error, error) {
 		ns.reserved -= size
 		ns.used += size
 		ns.ev.Add(b.id, b.length, ns.ranges(b))
+		stored = append(stored, b)
 	}
+	ix.emitLocked(EventStored, ns, "", stored)
 	return out, nil
 }
 
@@ -527,6 +531,8 @@ func (s *Session) Delete(keys [][]byte) ([]error, error) {
 		for _, i := range at {
 			out[i] = err
 		}
+	} else {
+		ix.emitLocked(EventRemoved, ns, ReasonDelete, bs)
 	}
 	return out, nil
 }

@@ -139,7 +139,7 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		Manager: app.Manager, Device: app.Device, DataDir: dir, Logger: log, Clock: clock.Now,
 		AdminPassword: AdminPassword, FirmwareVersion: "test-1.0", BcryptCost: bcrypt.MinCost,
 		PushRetryInterval: 10 * time.Millisecond, Exports: app.Exports, ExportAddr: app.ExportAddr,
-		Board: app.Board, KV: app.KV, HostReports: app.HostReports,
+		Board: app.Board, KV: app.KV, KVEvents: app.SubscribeKVEvents, HostReports: app.HostReports,
 	}
 	if app.Telemetry != nil { // a nil *appliance.Telemetry must stay a nil interface
 		cfg.Telemetry = app.Telemetry

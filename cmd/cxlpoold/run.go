@@ -156,6 +156,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		AdminPassword: os.Getenv("CXLPOOL_ADMIN_PASSWORD"), Out: stdout, FirmwareVersion: version,
 		Exports: app.Exports, ExportAddr: exportAddr,
 		KV:          app.KV,
+		KVEvents:    app.SubscribeKVEvents,
 		Telemetry:   tel,
 		Board:       app.Board,
 		HostReports: app.HostReports, // what host agents report; a release waits while they say in use

@@ -1,0 +1,98 @@
+package api
+
+import (
+	"slices"
+	"strconv"
+	"strings"
+
+	"cxlpool/api/redfish"
+	"cxlpool/kv"
+)
+
+// The KV store's block events on the event service, for a serving
+// framework's KV-aware router that follows the box over Redfish (SSE,
+// EventLog, push) rather than the fleet plane. Each is a
+// ResourceEvent.ResourceStateChanged whose OriginOfCondition is the
+// namespace and whose arguments are the namespace's URI and the change:
+//
+//	"BlockStored 42,18234..."    blocks committed (their 64-bit block hashes, kv.KeyHash)
+//	"BlockRemoved 42"            blocks deleted, evicted or shrunk away
+//	"AllBlocksCleared"           every block of the namespace is gone
+//
+// The hashes are the decimal numbers the fleet plane's RouterEvent
+// carries for the same blocks; a large change is split into messages of
+// at most kvEventHashes hashes, in order.
+const (
+	MsgKVStateChanged = "ResourceEvent.ResourceStateChanged"
+	kvEventHashes     = 64
+	kvEventBuffer     = 1024
+)
+
+// feedKVEvents publishes the KV store's block events until the service
+// closes.
+func (s *Server) feedKVEvents() {
+	if s.cfg.KVEvents == nil {
+		return
+	}
+	ch, cancel := s.cfg.KVEvents(kvEventBuffer)
+	feed(s, ch, cancel, func(e kv.Event) {
+		for _, ev := range kvEvents(e) {
+			s.Publish(ev)
+		}
+	})
+}
+
+// feed runs fn on each value of ch, on a goroutine of the service's
+// background group, until ch closes or the service does; then cancel.
+func feed[T any](s *Server, ch <-chan T, cancel func(), fn func(T)) {
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer cancel()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case v, ok := <-ch:
+				if !ok {
+					return
+				}
+				fn(v)
+			}
+		}
+	}()
+}
+
+// kvEvents is one block event as event-service events.
+func kvEvents(e kv.Event) []redfish.Event {
+	origin := KVNamespaceURI(e.Namespace)
+	one := func(change string) redfish.Event {
+		return redfish.Event{MessageKey: MsgKVStateChanged, Args: []string{origin, change}, Origin: origin}
+	}
+	var word string
+	switch e.Kind {
+	case kv.EventStored:
+		word = "BlockStored"
+	case kv.EventRemoved:
+		word = "BlockRemoved"
+	case kv.EventCleared:
+		return []redfish.Event{one("AllBlocksCleared")}
+	default:
+		return nil
+	}
+	var out []redfish.Event
+	for bs := range slices.Chunk(e.Blocks, kvEventHashes) {
+		var b strings.Builder
+		b.WriteString(word)
+		for i, blk := range bs {
+			if i == 0 {
+				b.WriteByte(' ')
+			} else {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatUint(blk.Hash, 10))
+		}
+		out = append(out, one(b.String()))
+	}
+	return out
+}

@@ -1,0 +1,235 @@
+package kv
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"slices"
+	"sync"
+	"sync/atomic"
+)
+
+// EventKind says what happened to a namespace's blocks.
+type EventKind uint8
+
+const (
+	// EventStored: blocks were committed (visible under their keys).
+	EventStored EventKind = iota + 1
+	// EventRemoved: blocks were deleted, evicted or shrunk away.
+	EventRemoved
+	// EventCleared: every block of the namespace is gone (it is being
+	// deleted: no session can reach any of them any more).
+	EventCleared
+)
+
+func (k EventKind) String() string {
+	switch k {
+	case EventStored:
+		return "stored"
+	case EventRemoved:
+		return "removed"
+	case EventCleared:
+		return "cleared"
+	}
+	return "unknown"
+}
+
+// Why blocks were removed (Event.Reason).
+const (
+	ReasonDelete = "delete" // a client deleted them
+	ReasonEvict  = "evict"  // a put needed room
+	ReasonShrink = "shrink" // their chunk left the namespace (Resize)
+	// ReasonResync: the whole state, Cleared then Stored of what each
+	// namespace holds, at open, on Resync and after dropped events.
+	ReasonResync = "resync"
+)
+
+// Event is one change of a namespace's blocks, after its log record is
+// durable. Blocks are in the order of the change (a commit batch's order,
+// an eviction's victim order).
+type Event struct {
+	Kind      EventKind
+	Namespace string
+	Reason    string // for Removed; ReasonResync for a resync's Cleared and Stored
+	Blocks    []EventBlock
+}
+
+// EventBlock is one block of an Event.
+type EventBlock struct {
+	Key    []byte
+	Length uint64 // bytes
+	// Hash is the key as the 64-bit block hash a KV-aware router uses
+	// (KeyHash).
+	Hash uint64
+}
+
+// KeyHash is a key as a router's 64-bit block hash: an 8-byte key is the
+// hash itself (big-endian: how a client that keys blocks by a u64
+// sequence hash writes it); any other key is the first 8 bytes of its
+// SHA-256, big-endian, so the mapping is stable across boxes and
+// restarts and a router can compute it from the key alone.
+func KeyHash(key []byte) uint64 {
+	if len(key) == 8 {
+		return binary.BigEndian.Uint64(key)
+	}
+	s := sha256.Sum256(key)
+	return binary.BigEndian.Uint64(s[:8])
+}
+
+// EventSink receives the index's events one at a time, in order, on the
+// index's dispatch goroutine (never under the index's lock). ctx ends
+// when the index closes: a sink that publishes over a network gives up.
+type EventSink func(ctx context.Context, e Event)
+
+// DefaultEventQueue is how many events wait for a slow sink before the
+// index drops new ones (and counts them: Index.EventsDropped).
+const DefaultEventQueue = 4096
+
+// events queues the index's events for the sink. emit never blocks: a
+// full queue drops the event.
+type events struct {
+	sink    EventSink
+	ch      chan Event
+	dropped atomic.Uint64
+	// lost says events were dropped since the last resync: once the
+	// queue is empty again the dispatcher resyncs (Index.Resync), so a
+	// router that missed changes learns the whole state.
+	lost   atomic.Bool
+	resync func()
+	ctx    context.Context
+	cancel context.CancelFunc
+	done   chan struct{}
+	once   sync.Once
+}
+
+func newEvents(sink EventSink, queue int, resync func()) *events {
+	if sink == nil {
+		return nil
+	}
+	if queue <= 0 {
+		queue = DefaultEventQueue
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{}), resync: resync}
+	go e.run()
+	return e
+}
+
+func (e *events) run() {
+	defer close(e.done)
+	for ev := range e.ch {
+		e.sink(e.ctx, ev)
+		if len(e.ch) == 0 && e.lost.Swap(false) && e.ctx.Err() == nil {
+			e.resync() // emits into e.ch: the loop goes on with them
+		}
+	}
+}
+
+// emit queues ev; the caller holds ix.mu (which orders the events) and
+// the index is not closed (close happens under ix.mu too).
+func (e *events) emit(ev Event) {
+	if e == nil {
+		return
+	}
+	select {
+	case e.ch <- ev:
+	default:
+		e.dropped.Add(1)
+		e.lost.Store(true)
+	}
+}
+
+// stop ends the queue (under ix.mu, after closed is set: no emit
+// follows); wait then lets the sink finish what is queued, with its
+// context cancelled so a network sink gives up at once.
+func (e *events) stop() {
+	if e != nil {
+		e.once.Do(func() { close(e.ch) })
+	}
+}
+
+func (e *events) wait() {
+	if e != nil {
+		e.cancel()
+		<-e.done
+	}
+}
+
+// EventsDropped is how many events a full queue dropped since open. A
+// router following them missed changes: once the queue has drained, the
+// index sends Cleared and Stored of every namespace again (Resync).
+func (ix *Index) EventsDropped() uint64 {
+	if ix.ev == nil {
+		return 0
+	}
+	return ix.ev.dropped.Load()
+}
+
+func eventBlocks(bs []*block) []EventBlock {
+	out := make([]EventBlock, len(bs))
+	for i, b := range bs {
+		out[i] = EventBlock{Key: []byte(b.key), Length: b.length, Hash: KeyHash([]byte(b.key))}
+	}
+	return out
+}
+
+// emitLocked sends a Stored or Removed event of bs (none if empty).
+func (ix *Index) emitLocked(kind EventKind, ns *nsState, reason string, bs []*block) {
+	if ix.ev == nil || len(bs) == 0 || ix.closed {
+		return
+	}
+	ix.ev.emit(Event{Kind: kind, Namespace: ns.name, Reason: reason, Blocks: eventBlocks(bs)})
+}
+
+// Resync sends, for every namespace, Cleared and then Stored of the
+// blocks it holds now (a sink that starts forwarding late, e.g. when the
+// fleet plane comes up, tells its router the whole state).
+func (ix *Index) Resync() { ix.emitState() }
+
+// emitState sends, for every namespace, Cleared and then Stored of what
+// it holds (at open: a router that followed the box before its restart
+// learns what is there now).
+func (ix *Index) emitState() {
+	if ix.ev == nil {
+		return
+	}
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	if ix.closed {
+		return
+	}
+	names := make([]string, 0, len(ix.ns))
+	need := 0
+	for n, ns := range ix.ns {
+		names = append(names, n)
+		need += 1 + (len(ns.keys)+startBatch-1)/startBatch
+	}
+	if need > cap(ix.ev.ch)-len(ix.ev.ch) {
+		// Half a state would mislead a router more than none: try again
+		// once the queue has drained.
+		ix.ev.lost.Store(true)
+		return
+	}
+	slices.Sort(names)
+	for _, n := range names {
+		ns := ix.ns[n]
+		ix.ev.emit(Event{Kind: EventCleared, Namespace: n, Reason: ReasonResync})
+		ids := make([]uint64, 0, len(ns.keys))
+		for _, b := range ns.keys {
+			ids = append(ids, b.id)
+		}
+		slices.Sort(ids)
+		bs := make([]*block, 0, min(len(ids), startBatch))
+		for _, id := range ids {
+			bs = append(bs, ns.blocks[id])
+			if len(bs) == startBatch {
+				ix.emitLocked(EventStored, ns, ReasonResync, bs)
+				bs = bs[:0:0]
+			}
+		}
+		ix.emitLocked(EventStored, ns, ReasonResync, bs)
+	}
+}
+
+// startBatch is how many blocks one Stored event at open carries.
+const startBatch = 256

@@ -1,0 +1,207 @@
+package kv_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"cxlpool/dcd"
+	"cxlpool/kv"
+)
+
+// evRecorder is an EventSink that keeps what it is given.
+type evRecorder struct {
+	mu  sync.Mutex
+	got []kv.Event
+}
+
+func (r *evRecorder) sink(_ context.Context, e kv.Event) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, e)
+}
+
+func (r *evRecorder) events() []kv.Event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]kv.Event(nil), r.got...)
+}
+
+func evBlocks(n uint64, keys ...string) []kv.EventBlock {
+	var out []kv.EventBlock
+	for _, k := range keys {
+		out = append(out, kv.EventBlock{Key: []byte(k), Length: n, Hash: kv.KeyHash([]byte(k))})
+	}
+	return out
+}
+
+// TestEvents: every change of a namespace's blocks is one event, in the
+// order of the changes, after it is durable: a commit batch is one
+// Stored, a delete, an eviction and a shrink one Removed each (with
+// why), the namespace's delete one Cleared (and no Removed for the
+// chunks it drains after).
+func TestEvents(t *testing.T) {
+	rec := &evRecorder{}
+	clk := &clock{}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: clk.now, Events: rec.sink}, 2)
+	s := open(t, ix)
+	ctx := context.Background()
+
+	// One batch of two whole-chunk blocks: a in chunk 1, b in chunk 2.
+	res, err := s.Put(ctx, []kv.PutItem{{Key: []byte("a"), Length: chunk}, {Key: []byte("b"), Length: chunk}})
+	if err != nil || res[0].Err != nil || res[1].Err != nil {
+		t.Fatalf("put: %v %v", err, res)
+	}
+	if errs, err := s.Commit([]uint64{res[0].Block.ID, res[1].Block.ID}); err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("commit: %v %v", err, errs)
+	}
+	if errs, err := s.Delete([][]byte{[]byte("a")}); err != nil || errs[0] != nil {
+		t.Fatalf("delete: %v %v", err, errs)
+	}
+	c := put(t, s, "c", chunk) // where a was
+	put(t, s, "d", chunk)      // full: b, the least recent, goes
+	if err := ix.DrainChunk("ns", dcd.ChunkID(c.Chunk)); err != nil {
+		t.Fatalf("drain: %v", err)
+	}
+	if err := ix.RemoveChunk("ns", dcd.ChunkID(c.Chunk)); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.BeginDelete("ns"); err != nil {
+		t.Fatal(err)
+	}
+	for _, ch := range []dcd.ChunkID{1, 2} {
+		if ch == dcd.ChunkID(c.Chunk) {
+			continue
+		}
+		if err := ix.DrainChunk("ns", ch); err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.RemoveChunk("ns", ch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ix.DeleteNamespace("ns"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Close(); err != nil { // Close delivers what is queued
+		t.Fatal(err)
+	}
+	want := []kv.Event{
+		{Kind: kv.EventStored, Namespace: "ns", Blocks: evBlocks(chunk, "a", "b")},
+		{Kind: kv.EventRemoved, Namespace: "ns", Reason: kv.ReasonDelete, Blocks: evBlocks(chunk, "a")},
+		{Kind: kv.EventStored, Namespace: "ns", Blocks: evBlocks(chunk, "c")},
+		{Kind: kv.EventRemoved, Namespace: "ns", Reason: kv.ReasonEvict, Blocks: evBlocks(chunk, "b")},
+		{Kind: kv.EventStored, Namespace: "ns", Blocks: evBlocks(chunk, "d")},
+		{Kind: kv.EventRemoved, Namespace: "ns", Reason: kv.ReasonShrink, Blocks: evBlocks(chunk, "c")},
+		{Kind: kv.EventCleared, Namespace: "ns"},
+	}
+	if diff := cmp.Diff(want, rec.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	if got := ix.EventsDropped(); got != 0 {
+		t.Errorf("dropped %d events", got)
+	}
+}
+
+// TestEventsAtOpen: a reopened index tells a router what it holds:
+// Cleared, then Stored of its committed blocks (nothing uncommitted).
+func TestEventsAtOpen(t *testing.T) {
+	dir, clk := t.TempDir(), &clock{}
+	ix := newIndex(t, dir, clk, 1)
+	s := open(t, ix)
+	put(t, s, "x", 4096)
+	put(t, s, "y", 4096)
+	if _, err := s.Put(context.Background(), []kv.PutItem{{Key: []byte("uncommitted"), Length: 4096}}); err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	rec := &evRecorder{}
+	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, Clock: clk.now, Events: rec.sink})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []kv.Event{
+		{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonResync},
+		{Kind: kv.EventStored, Namespace: "ns", Reason: kv.ReasonResync, Blocks: evBlocks(4096, "x", "y")},
+	}
+	if diff := cmp.Diff(want, rec.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestEventsSlowSink: a sink that does not keep up never holds up the
+// index: events past the queue are dropped and counted.
+func TestEventsSlowSink(t *testing.T) {
+	release := make(chan struct{})
+	var mu sync.Mutex
+	delivered := 0
+	sink := func(_ context.Context, _ kv.Event) {
+		<-release
+		mu.Lock()
+		delivered++
+		mu.Unlock()
+	}
+	clk := &clock{}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: clk.now, Events: sink, EventQueue: 1}, 1)
+	s := open(t, ix)
+	const n = 5
+	for i := range n {
+		put(t, s, string(rune('a'+i)), 4096) // returns with the sink stuck
+	}
+	close(release)
+	s.Close()
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	dropped := ix.EventsDropped()
+	if dropped == 0 || delivered+int(dropped) != n {
+		t.Errorf("delivered %d, dropped %d; want some dropped and %d in all", delivered, dropped, n)
+	}
+}
+
+// TestEventsResyncAfterDrops: once a slow sink has drained the queue
+// after drops, the index sends the whole state again (Cleared, then
+// Stored of every block), so a router that missed changes catches up.
+func TestEventsResyncAfterDrops(t *testing.T) {
+	release := make(chan struct{})
+	rec := &evRecorder{}
+	sink := func(ctx context.Context, e kv.Event) {
+		<-release
+		rec.sink(ctx, e)
+	}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: (&clock{}).now, Events: sink, EventQueue: 4}, 1)
+	defer ix.Close()
+	s := open(t, ix)
+	keys := []string{"a", "b", "c", "d", "e", "f"}
+	for _, k := range keys {
+		put(t, s, k, 4096) // one in the sink, four queued, the rest dropped
+	}
+	if ix.EventsDropped() == 0 {
+		t.Fatal("nothing dropped")
+	}
+	close(release)
+	want := []kv.Event{
+		{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonResync},
+		{Kind: kv.EventStored, Namespace: "ns", Reason: kv.ReasonResync, Blocks: evBlocks(4096, keys...)},
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got := rec.events()
+		if len(got) >= 2 && cmp.Equal(want, got[len(got)-2:]) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no resync; events: %+v", got)
+		}
+		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+}
