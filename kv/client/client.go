@@ -39,6 +39,10 @@ type Config struct {
 	Mapper        Mapper
 	// Timeout bounds each request's round trip (10 s).
 	Timeout time.Duration
+	// Remote, if set, makes this a remote rack's client: Host is
+	// RackHost, Token the namespace's remote token, Mapper unused, the
+	// bytes go through the chunks' exports.
+	Remote *Remote
 }
 
 // Error is a refusal from the server: the op, the status and, for a whole
@@ -96,6 +100,8 @@ type Client struct {
 	// useMu is held shared while bytes of a mapping are copied, and
 	// exclusively to unmap: a mapping never goes away under a copy.
 	useMu sync.RWMutex
+
+	rem *remote // remote mode
 }
 
 // Dial connects and says HELLO.
@@ -112,6 +118,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("kv client: %w", err)
 	}
 	c := &Client{cfg: cfg, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10), maps: map[[16]byte]host.Mapping{}}
+	if cfg.Remote != nil {
+		cfg.Host, c.cfg.Host = RackHost, RackHost
+		c.rem = newRemote(*cfg.Remote, cfg.Token)
+	}
 	resp, err := c.do(ctx, &wire.Request{Op: wire.OpHello, Namespace: cfg.Namespace, Host: cfg.Host, Token: cfg.Token,
 		LeaseMS: uint32(cfg.Lease / time.Millisecond)})
 	if err != nil {
@@ -140,7 +150,43 @@ func (c *Client) Close() error {
 		delete(c.maps, t)
 	}
 	c.mapMu.Unlock()
+	if c.rem != nil {
+		c.rem.close()
+	}
 	return err
+}
+
+// write puts v into the block's bytes: a copy into this host's mapping,
+// or a remote rack's WRITE through the chunk's export.
+func (c *Client) write(ctx context.Context, l wire.Loc, v []byte) error {
+	if c.rem != nil {
+		return c.rem.io(ctx, l, v[:min(uint64(len(v)), l.Length)], true)
+	}
+	c.useMu.RLock()
+	defer c.useMu.RUnlock()
+	dst, err := c.bytes(ctx, l)
+	if err == nil {
+		copy(dst, v)
+	}
+	return err
+}
+
+// read is a copy of the block's bytes (mapping or export READ).
+func (c *Client) read(ctx context.Context, l wire.Loc) ([]byte, error) {
+	if c.rem != nil {
+		p := make([]byte, l.Length)
+		if err := c.rem.io(ctx, l, p, false); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	c.useMu.RLock()
+	defer c.useMu.RUnlock()
+	src, err := c.bytes(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), src...), nil
 }
 
 // do sends one request and reads its answer; a refusal of the whole
@@ -264,13 +310,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) ([]error, 
 			if out[i] = itemErr(wire.OpPut, it.Status); out[i] != nil {
 				continue
 			}
-			c.useMu.RLock()
-			dst, err := c.bytes(ctx, it.Loc)
-			if err == nil {
-				copy(dst, values[i])
-			}
-			c.useMu.RUnlock()
-			if err != nil {
+			if err := c.write(ctx, it.Loc, values[i]); err != nil {
 				out[i] = err
 				abort = append(abort, it.Loc.Block)
 				continue
@@ -325,16 +365,12 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 			if errs[i] = itemErr(wire.OpGet, it.Status); errs[i] != nil {
 				continue
 			}
-			c.useMu.RLock()
-			src, err := c.bytes(ctx, it.Loc)
-			if err == nil {
-				vals[i] = append([]byte(nil), src...)
-			}
-			c.useMu.RUnlock()
+			v, err := c.read(ctx, it.Loc)
 			if err != nil {
 				errs[i] = err
 				continue
 			}
+			vals[i] = v
 			checks = append(checks, wire.BlockGen{Block: it.Loc.Block, Gen: it.Loc.Gen})
 			at = append(at, i)
 		}
@@ -357,8 +393,8 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 	return vals, errs, err
 }
 
-// Pinned is a pinned block: Bytes are valid (in pool memory, not a copy)
-// until Unpin or Close. (A chunk with pinned blocks never leaves the
+// Pinned is a pinned block: Bytes are valid (in pool memory, not a copy;
+// for a remote rack a copy) until Unpin or Close. (A chunk with pinned blocks never leaves the
 // namespace, so Chunks never unmaps them.)
 type Pinned struct {
 	Loc   wire.Loc
@@ -380,7 +416,14 @@ func (c *Client) Pin(ctx context.Context, keys [][]byte) ([]Pinned, []error, err
 				continue
 			}
 			out[i].Loc = it.Loc
-			if out[i].Bytes, errs[i] = c.bytes(ctx, it.Loc); errs[i] != nil {
+			if c.rem != nil {
+				// A rack has no mapping: a pinned block's bytes are a
+				// copy, which the pin keeps valid.
+				out[i].Bytes, errs[i] = c.read(ctx, it.Loc)
+			} else {
+				out[i].Bytes, errs[i] = c.bytes(ctx, it.Loc)
+			}
+			if errs[i] != nil {
 				_, _ = c.do(ctx, &wire.Request{Op: wire.OpUnpin, Blocks: []uint64{it.Loc.Block}})
 			}
 		}
@@ -475,6 +518,9 @@ func (c *Client) Chunks(ctx context.Context) ([]wire.Chunk, error) {
 		}
 	}
 	c.mapMu.Unlock()
+	if c.rem != nil {
+		c.rem.keep(live)
+	}
 	return resp.Chunks, nil
 }
 
