@@ -61,15 +61,19 @@ type boxRig struct {
 	wire     atomic.Int64
 }
 
-func newBoxRig(t *testing.T) *boxRig {
+func newBoxRig(t *testing.T, opts ...func(*appliance.Config)) *boxRig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	scfg := sim.DefaultConfig()
 	scfg.Capacity = 16 << 30
 	scfg.WorkloadTick = -1
 	scfg.BlockSize = 16 << 20 // small chunks: the tests move less memory
-	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: t.TempDir(), Sim: scfg,
-		Logger: slog.New(slog.DiscardHandler), AddTimeout: 5 * time.Second, ReleaseTimeout: time.Second, Synchronous: "NORMAL"})
+	acfg := appliance.Config{Device: appliance.DeviceSim, DataDir: t.TempDir(), Sim: scfg,
+		Logger: slog.New(slog.DiscardHandler), AddTimeout: 5 * time.Second, ReleaseTimeout: time.Second, Synchronous: "NORMAL"}
+	for _, o := range opts {
+		o(&acfg)
+	}
+	app, err := appliance.Open(ctx, acfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
