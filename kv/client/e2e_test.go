@@ -61,7 +61,7 @@ type boxRig struct {
 	wire     atomic.Int64
 }
 
-func newBoxRig(t *testing.T, opts ...func(*appliance.Config)) *boxRig {
+func newBoxRig(t testing.TB, opts ...func(*appliance.Config)) *boxRig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	scfg := sim.DefaultConfig()

@@ -17,6 +17,9 @@ import (
 	rdmaclient "cxlpool/rdma/client"
 )
 
+// rackConns is the connections per export of the tests' rack.
+const rackConns = 1
+
 // withExports serves the box's exports on loopback.
 func withExports(c *appliance.Config) { c.ExportListen = "127.0.0.1:0" }
 
@@ -37,9 +40,9 @@ func resolver(svc *kv.Service, name string) func(context.Context) (map[[16]byte]
 	}
 }
 
-func (r *boxRig) rack(ctx context.Context, t *testing.T, name string, tok kv.Token) (*client.Client, error) {
+func (r *boxRig) rack(ctx context.Context, t testing.TB, name string, tok kv.Token) (*client.Client, error) {
 	c, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: name, Token: tok,
-		Remote: &client.Remote{Addr: r.app.ExportAddr.String(), Resolve: resolver(r.app.KV, name), Conns: 2}})
+		Remote: &client.Remote{Addr: r.app.ExportAddr.String(), Resolve: resolver(r.app.KV, name), Conns: rackConns}})
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}

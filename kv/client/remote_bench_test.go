@@ -1,0 +1,165 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"cxlpool/dcd"
+	"cxlpool/kv"
+	"cxlpool/kv/client"
+)
+
+// BenchmarkRemoteGet: a remote rack's Get of 256 KiB and 2 MiB blocks
+// (index GET, READ through the chunk's export, generation CHECK), beside
+// raw TCP moving the same bytes over loopback in the same run (one
+// request, one answer of the block's length, from a buffer of the same
+// size as the blocks' working set). Reported: MB/s of each, and
+// x-raw-tcp, the rack's throughput over raw TCP's (goal ≥ 0.8).
+func BenchmarkRemoteGet(b *testing.B) {
+	for _, size := range []int{256 << 10, 2 << 20} {
+		b.Run(fmt.Sprintf("%dKiB", size>>10), func(b *testing.B) { benchRemoteGet(b, size) })
+	}
+}
+
+func benchRemoteGet(b *testing.B, size int) {
+	r := newBoxRig(b, withExports)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const chunk = 16 << 20
+	ns, toks, err := r.app.KV.Create(ctx, kv.CreateRequest{Name: "bench", ChunkSize: chunk, Hosts: []dcd.HostID{0}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ra, err := r.app.KV.Export(ctx, "bench", "rack-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := r.backends[0].Wait(ctx, ns.Chunks[0].Tag.String()); err != nil {
+		b.Fatal(err)
+	}
+	h0, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: "bench", Host: 0, Token: toks[0], Mapper: r.backends[0]})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer h0.Close()
+	n := chunk / size / 2 // a working set of half the chunk
+	keys, vals := blockValues(n, size, 3)
+	errs, err := h0.PutBatch(ctx, keys, vals)
+	for i, e := range errs {
+		if e != nil {
+			b.Fatalf("put %d: %v", i, e)
+		}
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	rack, err := r.rack(ctx, b, "bench", ra.Token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rack.Get(ctx, keys[0]); err != nil { // dial the export outside the timing
+		b.Fatal(err)
+	}
+	raw := startRawBlocks(b, n*size)
+	rc, err := dialRawBlocks(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	buf := make([]byte, size)
+
+	// Interleaved, one of each per iteration, so that the load of a
+	// shared machine weighs on both alike.
+	var remote, rawd time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		t0 := time.Now()
+		v, err := rack.Get(ctx, keys[i%n])
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(v) != size {
+			b.Fatalf("got %d bytes, want %d", len(v), size)
+		}
+		t1 := time.Now()
+		// The same bytes a Get returns: a fresh buffer per block too.
+		buf = make([]byte, size)
+		if err := rc.read(buf, (i%n)*size); err != nil {
+			b.Fatal(err)
+		}
+		remote += t1.Sub(t0)
+		rawd += time.Since(t1)
+	}
+	b.StopTimer()
+	mb := float64(b.N) * float64(size) / 1e6
+	b.ReportMetric(mb/remote.Seconds(), "rack-MB/s")
+	b.ReportMetric(mb/rawd.Seconds(), "raw-tcp-MB/s")
+	b.ReportMetric(rawd.Seconds()/remote.Seconds(), "x-raw-tcp")
+	_ = buf
+}
+
+// startRawBlocks serves raw reads: a request is the length and offset
+// (4 bytes each), the answer that many bytes of a buffer of span bytes.
+func startRawBlocks(b testing.TB, span int) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	mem := make([]byte, span)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				var hdr [8]byte
+				for {
+					if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+						return
+					}
+					n, off := int(binary.LittleEndian.Uint32(hdr[:])), int(binary.LittleEndian.Uint32(hdr[4:]))
+					if off+n > len(mem) {
+						return
+					}
+					if _, err := nc.Write(mem[off : off+n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+type rawBlocks struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func dialRawBlocks(addr string) (*rawBlocks, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &rawBlocks{nc, bufio.NewReaderSize(nc, 64<<10)}, nil
+}
+
+func (r *rawBlocks) read(p []byte, off int) error {
+	var hdr [8]byte
+	binary.LittleEndian.PutUint32(hdr[:], uint32(len(p)))
+	binary.LittleEndian.PutUint32(hdr[4:], uint32(off))
+	if _, err := r.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := io.ReadFull(r.br, p)
+	return err
+}
