@@ -148,7 +148,7 @@ func (s *Service) Unexport(ctx context.Context, name string) error {
 		return err
 	}
 	if ns.Rack == "" {
-		return fmt.Errorf("kv: namespace %s is not exported: %w", name, ErrNotFound)
+		return fmt.Errorf("kv: namespace %s is not exported: %w", name, ErrConflict)
 	}
 	exps := s.exportsOf(ns)
 	if err := s.Ix.RemoveMember(name, RackHost); err != nil {

@@ -231,7 +231,7 @@ func TestReexportRevokesOld(t *testing.T) {
 	if _, err := r.rack(ctx, t, "ns", cur.Token); !errors.Is(err, client.ErrDenied) {
 		t.Errorf("token after Unexport: %v, want denied", err)
 	}
-	if err := r.app.KV.Unexport(ctx, "ns"); !errors.Is(err, kv.ErrNotFound) {
-		t.Errorf("second Unexport: %v, want not found", err)
+	if err := r.app.KV.Unexport(ctx, "ns"); !errors.Is(err, kv.ErrConflict) {
+		t.Errorf("second Unexport: %v, want conflict (not exported)", err)
 	}
 }
