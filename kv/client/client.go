@@ -171,6 +171,35 @@ func (c *Client) write(ctx context.Context, l wire.Loc, v []byte) error {
 	return err
 }
 
+// remoteReads bounds a remote rack's READs in flight for one batch.
+const remoteReads = 8
+
+// readAll runs read(0..n-1): in turn for a host (memcpy from the
+// mapping), up to remoteReads at once for a rack, whose READs are round
+// trips that overlap on the export's connections.
+func (c *Client) readAll(n int, read func(k int)) {
+	if c.rem == nil || n <= 1 {
+		for k := range n {
+			read(k)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(n, remoteReads) {
+		wg.Go(func() {
+			for k := range next {
+				read(k)
+			}
+		})
+	}
+	for k := range n {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+}
+
 // read is a copy of the block's bytes (mapping or export READ).
 func (c *Client) read(ctx context.Context, l wire.Loc) ([]byte, error) {
 	if c.rem != nil {
@@ -358,21 +387,23 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 		if err != nil {
 			return err
 		}
+		found := make([]int, 0, len(resp.Items))
+		for j, it := range resp.Items {
+			if errs[lo+j] = itemErr(wire.OpGet, it.Status); errs[lo+j] == nil {
+				found = append(found, j)
+			}
+		}
+		c.readAll(len(found), func(k int) {
+			j := found[k]
+			vals[lo+j], errs[lo+j] = c.read(ctx, resp.Items[j].Loc)
+		})
 		var checks []wire.BlockGen
 		var at []int
-		for j, it := range resp.Items {
-			i := lo + j
-			if errs[i] = itemErr(wire.OpGet, it.Status); errs[i] != nil {
-				continue
+		for _, j := range found {
+			if i := lo + j; errs[i] == nil {
+				checks = append(checks, wire.BlockGen{Block: resp.Items[j].Loc.Block, Gen: resp.Items[j].Loc.Gen})
+				at = append(at, i)
 			}
-			v, err := c.read(ctx, it.Loc)
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			vals[i] = v
-			checks = append(checks, wire.BlockGen{Block: it.Loc.Block, Gen: it.Loc.Gen})
-			at = append(at, i)
 		}
 		if len(checks) == 0 {
 			return nil
