@@ -12,7 +12,6 @@ import (
 
 	"cxlpool/dcd"
 	"cxlpool/kv"
-	"cxlpool/kv/client"
 )
 
 // BenchmarkRemoteGet: a remote rack's Get of 256 KiB and 2 MiB blocks
@@ -44,14 +43,7 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := r.backends[0].Wait(ctx, ns.Chunks[0].Tag.String()); err != nil {
-		b.Fatal(err)
-	}
-	h0, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: "bench", Host: 0, Token: toks[0], Mapper: r.backends[0]})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h0.Close()
+	h0 := r.host(ctx, b, "bench", ns.Chunks[0].Tag.String(), 0, toks[0])
 	n := chunk / size / 2 // a working set of half the chunk
 	keys, vals := blockValues(n, size, 3)
 	errs, err := h0.PutBatch(ctx, keys, vals)

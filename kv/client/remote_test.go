@@ -99,19 +99,7 @@ func TestRemoteRackSharesBlocks(t *testing.T) {
 		t.Errorf("members %v, rack %q; want %v and rack-7 (a rack is not a member host)", got, ns.Rack, want)
 	}
 	tag := ns.Chunks[0].Tag.String()
-	host := func(ld int) *client.Client {
-		if _, err := r.backends[ld].Wait(ctx, tag); err != nil {
-			t.Fatal(err)
-		}
-		c, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: "llama", Host: uint16(ld), Token: toks[dcd.HostID(ld)],
-			Mapper: r.backends[ld]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	h0, h1 := host(0), host(1)
+	h0, h1 := r.host(ctx, t, "llama", tag, 0, toks[0]), r.host(ctx, t, "llama", tag, 1, toks[1])
 	rack, err := r.rack(ctx, t, "llama", ra.Token)
 	if err != nil {
 		t.Fatal(err)
