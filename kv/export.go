@@ -187,3 +187,47 @@ func (s *Service) unexportChunk(ctx context.Context, id dcd.ChunkID) error {
 	}
 	return nil
 }
+
+// ExportMissing exports again, with the namespace's token, every chunk of
+// an exported namespace that has no export to its rack: the export
+// service restores its exports at start only where the capacity under
+// them is unchanged, and an export lost so would leave the rack without
+// that chunk. Run after the export service's Restore.
+func (s *Service) ExportMissing(ctx context.Context) error {
+	if s.cfg.Exporter == nil {
+		return nil
+	}
+	var errs []error
+	for _, ns := range s.Ix.Namespaces() {
+		if ns.Rack == "" {
+			continue
+		}
+		errs = append(errs, s.exportMissing(ctx, ns.Name))
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) exportMissing(ctx context.Context, name string) error {
+	defer s.lock(name)()
+	ns, err := s.Ix.Namespace(name)
+	if err != nil || ns.Rack == "" {
+		return nil // deleted or unexported meanwhile
+	}
+	have := map[dcd.ChunkID]bool{}
+	for _, e := range s.exportsOf(ns) {
+		have[e.Chunk] = true
+	}
+	var errs []error
+	for _, c := range ns.Chunks {
+		if have[c.ID] {
+			continue
+		}
+		id, err := s.exportNew(ctx, name, c)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		s.log.Warn("kv: exported a chunk again whose export was lost", "namespace", name, "chunk", c.ID, "export", id)
+	}
+	return errors.Join(errs...)
+}

@@ -210,6 +210,21 @@ func TestReexportRevokesOld(t *testing.T) {
 	if err := rack.Put(ctx, []byte("k"), []byte("remote bytes")); err != nil {
 		t.Fatal(err)
 	}
+	// An export lost (as a restore that did not bring it back): the
+	// rack's read fails, ExportMissing exports the chunk again with the
+	// same token, and the rack's next get resolves and reads.
+	if err := r.app.Exports.Revoke(ctx, cur.Exports[0].Export); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rack.Get(ctx, []byte("k")); err == nil {
+		t.Error("rack get through a revoked export succeeded")
+	}
+	if err := r.app.KV.ExportMissing(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rack.Get(ctx, []byte("k")); err != nil || string(v) != "remote bytes" {
+		t.Errorf("rack get after ExportMissing: %q, %v", v, err)
+	}
 	if err := r.app.KV.Unexport(ctx, "ns"); err != nil {
 		t.Fatal(err)
 	}
