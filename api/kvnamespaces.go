@@ -15,6 +15,7 @@ import (
 	"cxlpool/api/oemschema"
 	"cxlpool/dcd"
 	"cxlpool/kv"
+	"cxlpool/rdma"
 )
 
 // KV-cache namespaces (package kv): an OEM collection of the box's
@@ -31,6 +32,14 @@ import (
 //   - DELETE ends its sessions, evicts everything, releases its chunks.
 //   - POST …/Actions/CxlPool.Join {Host} adds a host (its token in the
 //     answer); …/Actions/CxlPool.Leave {Host} removes one.
+//   - POST …/Actions/CxlPool.Export {Client} exports every chunk to a
+//     remote rack (rdma, read-write) with one per-namespace token, shown
+//     once in Remote.Token: the rack's key to the index (as host
+//     RackHost) and to every chunk's export; chunks added later are
+//     exported with it, chunks that leave are revoked first. Exporting
+//     again replaces token and exports. …/Actions/CxlPool.Unexport {}
+//     revokes them. GET shows Remote (the rack and the exports) without
+//     the token.
 //
 // Only ConfigureComponents (administrators, operators) changes them: a
 // namespace takes pool capacity and hands tokens out.
@@ -67,6 +76,10 @@ type kvHostAction struct {
 	Host *string `json:"Host" rf:"required"`
 }
 
+type kvExportAction struct {
+	Client *string `json:"Client" rf:"required"`
+}
+
 func (s *Server) kvNamespaceRoutes() {
 	if s.cfg.KV == nil {
 		return
@@ -78,6 +91,8 @@ func (s *Server) kvNamespaceRoutes() {
 	s.Handle(http.MethodDelete, KVNamespacesURI+"/:id", redfish.PrivConfigureComponents, s.deleteKVNamespace)
 	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Join", redfish.PrivConfigureComponents, s.kvJoin)
 	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Leave", redfish.PrivConfigureComponents, s.kvLeave)
+	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Export", redfish.PrivConfigureComponents, s.kvExport)
+	s.Handle(http.MethodPost, KVNamespacesURI+"/:id/Actions/CxlPool.Unexport", redfish.PrivConfigureComponents, s.kvUnexport)
 	s.feedKVEvents() // kvevents.go
 }
 
@@ -186,7 +201,79 @@ func (s *Server) lookupKV(c echo.Context) (kv.Namespace, redfish.Obj, error) {
 	if err != nil {
 		return ns, nil, redfish.ErrResourceNotFound("KVNamespace", name)
 	}
-	return ns, kvBody(ns), nil
+	body := kvBody(ns)
+	if ra, err := s.cfg.KV.Exports(name); err == nil {
+		body["Remote"] = kvRemote(ra)
+	}
+	return ns, body, nil
+}
+
+// kvRemote is the Remote property (null: not exported).
+func kvRemote(ra kv.RemoteAccess) any {
+	if ra.Rack == "" {
+		return nil
+	}
+	exps := make([]redfish.Obj, 0, len(ra.Exports))
+	for _, e := range ra.Exports {
+		exps = append(exps, redfish.Obj{"MemoryChunk": redfish.Link(ChunkURI(e.Chunk)), "Tag": e.Tag.String(),
+			"Export": string(e.Export), "RDMAConnection": redfish.Link(ExportURI(e.Export)), "Length": e.Length})
+	}
+	return redfish.Obj{"Client": ra.Rack, "Exports": exps}
+}
+
+func (s *Server) kvExport(c echo.Context) error {
+	ns, _, err := s.lookupKV(c)
+	if err != nil {
+		return err
+	}
+	var req kvExportAction
+	if err := s.Decode(c, &req); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), kvChangeTimeout)
+	defer cancel()
+	ra, err := s.cfg.KV.Export(ctx, ns.Name, *req.Client)
+	if err != nil && ra.Rack == "" {
+		return kvErr(err, ns.Name)
+	}
+	// err with ra set: exported, but an old export's revocation failed;
+	// the new one stands (the old records are dropped as their chunks'
+	// grants change, or at the next Sweep). Logged, not refused.
+	if err != nil {
+		s.cfg.Logger.Warn("kv export: revoking the previous exports", "namespace", ns.Name, "err", err)
+	}
+	got, err := s.cfg.KV.Namespace(ns.Name)
+	if err != nil {
+		return kvErr(err, ns.Name)
+	}
+	body := kvBody(got)
+	remote := kvRemote(ra).(redfish.Obj)
+	// The token is the same 32 bytes for both protocols: hex as the
+	// hosts' KV tokens, base64url as exports' tokens are shown.
+	remote["Token"] = tokenHex(ra.Token)
+	remote["ExportToken"] = rdma.Token(ra.Token).String()
+	body["Remote"] = remote
+	c.Response().Header().Set("Cache-Control", "no-store")
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
+	return s.WriteResource(c, http.StatusOK, body)
+}
+
+func (s *Server) kvUnexport(c echo.Context) error {
+	ns, _, err := s.lookupKV(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(c.Request().Context(), kvChangeTimeout)
+	defer cancel()
+	if err := s.cfg.KV.Unexport(ctx, ns.Name); err != nil {
+		return kvErr(err, ns.Name)
+	}
+	_, body, err := s.lookupKV(c)
+	if err != nil {
+		return err
+	}
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: KVNamespaceURI(ns.Name)})
+	return s.WriteResource(c, http.StatusOK, body)
 }
 
 func (s *Server) getKVNamespace(c echo.Context) error {

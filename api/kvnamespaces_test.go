@@ -118,3 +118,58 @@ func containsSuffix(ids []string, want string) bool {
 	}
 	return false
 }
+
+// TestKVNamespaceExport: the Export action hands out one token (hex and
+// base64url forms of the same bytes) and an export per chunk; GET shows
+// the exports without the token; a bad client name is a 400 naming the
+// rule; Unexport revokes them, and a second Unexport is a 409.
+func TestKVNamespaceExport(t *testing.T) {
+	env := kvEnv(t)
+	if r := env.Admin.Post(api.KVNamespacesURI, map[string]any{"Name": "llama", "ChunkSizeMiB": 256, "Hosts": []string{"Host0"}}); r.Status != http.StatusCreated {
+		t.Fatalf("create: %s", r)
+	}
+	act := api.KVNamespaceURI("llama") + "/Actions/CxlPool."
+	r := env.Admin.Post(act+"Export", map[string]any{"Client": "rack-7"})
+	if r.Status != http.StatusOK {
+		t.Fatalf("export: %s", r)
+	}
+	if got := r.Header.Get("Cache-Control"); got != "no-store" {
+		t.Errorf("Cache-Control %q, want no-store", got)
+	}
+	remote, _ := r.JSON(t)["Remote"].(map[string]any)
+	tok, _ := remote["Token"].(string)
+	exps, _ := remote["Exports"].([]any)
+	if len(tok) != 64 || remote["ExportToken"] == "" || remote["Client"] != "rack-7" || len(exps) != 1 {
+		t.Fatalf("Remote %v: want a 32-byte token in both forms, client rack-7, one export", remote)
+	}
+	got := env.Admin.GetOK(api.KVNamespaceURI("llama"))
+	gr, _ := got["Remote"].(map[string]any)
+	if _, ok := gr["Token"]; ok || gr["Client"] != "rack-7" {
+		t.Errorf("GET Remote %v: want the rack and no token", gr)
+	}
+	if ge, _ := gr["Exports"].([]any); len(ge) != 1 {
+		t.Errorf("GET Remote exports %v, want 1", gr["Exports"])
+	}
+	for _, tc := range []struct {
+		name string
+		body map[string]any
+		want int
+	}{
+		{"no client", map[string]any{}, http.StatusBadRequest},
+		{"unprintable client", map[string]any{"Client": "a\x00b"}, http.StatusBadRequest},
+	} {
+		r := env.Admin.Post(act+"Export", tc.body)
+		if r.Status != tc.want || len(r.MessageIDs()) == 0 {
+			t.Errorf("%s: %s, want %d with a MessageId", tc.name, r, tc.want)
+		}
+	}
+	if r := env.Admin.Post(act+"Unexport", map[string]any{}); r.Status != http.StatusOK {
+		t.Fatalf("unexport: %s", r)
+	}
+	if got := env.Admin.GetOK(api.KVNamespaceURI("llama")); got["Remote"] != nil {
+		t.Errorf("Remote after Unexport: %v, want null", got["Remote"])
+	}
+	if r := env.Admin.Post(act+"Unexport", map[string]any{}); r.Status != http.StatusConflict || len(r.MessageIDs()) == 0 {
+		t.Errorf("second unexport: %s, want 409 with a MessageId", r)
+	}
+}

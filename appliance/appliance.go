@@ -368,6 +368,11 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	if _, err := a.Exports.Restore(ctx); err != nil {
 		a.cfg.Logger.Warn("restoring exports", "err", err)
 	}
+	// An exported KV namespace's chunk whose export did not come back is
+	// exported again with the namespace's token.
+	if err := a.KV.ExportMissing(ctx); err != nil {
+		a.cfg.Logger.Warn("kv: exporting namespace chunks again", "err", err)
+	}
 	go a.Exports.Run(ctx, changes)
 	a.closers = append(a.closers, func() error { unsubscribe(); return nil })
 	a.checkAtStart(ctx) // after Restore: the exports are checked too

@@ -40,7 +40,11 @@ func (a *Appliance) openKV() error {
 		return kv.Adapt[evict.Range](evict.NewHot(&a.kvHeat, a.cfg.Clock))
 	}
 	a.kvEv.log = a.cfg.Logger.With("component", "kv-events")
-	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"),
+	var exporter kv.Exporter
+	if a.Exports != nil { // a nil *rdma.Service must stay a nil interface
+		exporter = a.Exports
+	}
+	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"), Exporter: exporter,
 		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock, NewEvictor: newEvictor,
 			Events: a.kvEv.sink}})
 	if err != nil {

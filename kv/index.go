@@ -95,7 +95,8 @@ type nsState struct {
 	chunkSize uint64
 	quota     uint64
 	created   time.Time
-	members   map[dcd.HostID][sha256.Size]byte // host → hash of its token
+	members   map[dcd.HostID][sha256.Size]byte // host → hash of its token (RackHost: the rack's)
+	rack      string                           // the rack RackHost's token belongs to
 	chunks    []*chunkState
 	keys      map[string]*block // committed (and committing: not visible)
 	pending   map[string]*block // reserved or committing, by key
@@ -269,6 +270,8 @@ type memberRecord struct {
 	NS   string     `json:"ns"`
 	Host dcd.HostID `json:"host"`
 	Hash []byte     `json:"hash,omitempty"`
+	// Client names the rack of a RackHost member.
+	Client string `json:"client,omitempty"`
 }
 
 func jsonRecord(b []byte, typ byte, v any) []byte {
@@ -314,7 +317,11 @@ func idsRecord(b []byte, ns string, upto uint64) []byte {
 func (ix *Index) snapshot(b []byte, ns *nsState) []byte {
 	b = jsonRecord(b, recNamespace, nsRecord{Name: ns.name, ChunkSize: ns.chunkSize, Quota: ns.quota, Created: ns.created})
 	for h, hash := range ns.members {
-		b = jsonRecord(b, recMember, memberRecord{NS: ns.name, Host: h, Hash: hash[:]})
+		r := memberRecord{NS: ns.name, Host: h, Hash: hash[:]}
+		if h == RackHost {
+			r.Client = ns.rack
+		}
+		b = jsonRecord(b, recMember, r)
 	}
 	for _, c := range ns.chunks {
 		b = jsonRecord(b, recChunkAdd, chunkRecord{NS: ns.name, ID: c.info.ID, Tag: c.info.Tag, Size: c.info.Size, Extents: c.info.Extents})
@@ -383,8 +390,14 @@ func (ix *Index) apply(typ byte, p []byte) error {
 			var h [sha256.Size]byte
 			copy(h[:], r.Hash)
 			ns.members[r.Host] = h
+			if r.Host == RackHost {
+				ns.rack = r.Client
+			}
 		} else {
 			delete(ns.members, r.Host)
+			if r.Host == RackHost {
+				ns.rack = ""
+			}
 		}
 	case recIDs:
 		rd := &recReader{b: p}

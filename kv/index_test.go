@@ -389,3 +389,63 @@ func fileSize(t *testing.T, path string) int64 {
 	}
 	return fi.Size()
 }
+
+// TestRackSurvivesRestart: the rack's token and name are durable (log
+// replay, and the snapshot a compaction writes); the rack opens sessions
+// as RackHost but is never a member; removing it ends its sessions.
+func TestRackSurvivesRestart(t *testing.T) {
+	dir := t.TempDir()
+	clk := &clock{t: time.Unix(1e9, 0)}
+	ix := newIndex(t, dir, clk, 1)
+	if err := ix.SetRack("ns", "rack-7", tok(9)); err != nil {
+		t.Fatal(err)
+	}
+	check := func(ix *kv.Index, when string) {
+		t.Helper()
+		ns, err := ix.Namespace("ns")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff([]dcd.HostID{1}, ns.Members); diff != "" || ns.Rack != "rack-7" {
+			t.Errorf("%s: rack %q, members (-want +got):\n%s", when, ns.Rack, diff)
+		}
+		s, err := ix.Open("ns", kv.RackHost, tok(9), 0)
+		if err != nil {
+			t.Fatalf("%s: rack session: %v", when, err)
+		}
+		s.Close()
+		if _, err := ix.Open("ns", kv.RackHost, tok(1), 0); !errors.Is(err, kv.ErrDenied) {
+			t.Errorf("%s: rack with host 1's token: %v, want denied", when, err)
+		}
+	}
+	check(ix, "before restart")
+	ix.Close()
+	ix2, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, Clock: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(ix2, "after replay")
+	if err := ix2.Compact(); err != nil {
+		t.Fatal(err)
+	}
+	ix2.Close()
+	ix3, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, Clock: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix3.Close()
+	check(ix3, "after compaction")
+	s, err := ix3.Open("ns", kv.RackHost, tok(9), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ix3.RemoveMember("ns", kv.RackHost); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Get([][]byte{[]byte("k")}, false); err == nil {
+		t.Error("the rack's session outlived its removal")
+	}
+	if ns, _ := ix3.Namespace("ns"); ns.Rack != "" {
+		t.Errorf("rack %q after removal, want none", ns.Rack)
+	}
+}

@@ -44,6 +44,13 @@ var (
 	ErrConflict    = errors.New("kv: conflicts with the namespace's state")
 )
 
+// RackHost is the host ID a remote rack says HELLO with. A rack is not a
+// member host: it reaches the namespace's chunks through their exports
+// (rdma), never through a grant, so it is kept apart from Members and
+// nothing is granted to it. LD-IDs of real heads are small (0–7), so this
+// one never collides.
+const RackHost dcd.HostID = 0xFFFF
+
 // Limits of keys and names.
 const (
 	MaxKey       = 1024
@@ -78,6 +85,7 @@ type Namespace struct {
 	ChunkSize uint64 // bytes of each chunk it adds
 	Quota     uint64 // bytes of chunks it may hold
 	Members   []dcd.HostID
+	Rack      string // the remote rack the namespace is exported to ("": none)
 	Chunks    []ChunkInfo
 	Created   time.Time
 	Stats     Stats

@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"crypto/sha256"
 	"fmt"
 	"slices"
 
@@ -84,6 +85,42 @@ func (ix *Index) SetMember(name string, host dcd.HostID, tok [TokenSize]byte) er
 	}
 	ns.members[host] = h
 	return nil
+}
+
+// SetRack records the rack the namespace is exported to, with its token
+// (replacing an older rack and token): it authenticates as RackHost.
+func (ix *Index) SetRack(name, rack string, tok [TokenSize]byte) error {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ns, err := ix.nsLocked(name)
+	if err != nil {
+		return err
+	}
+	h := TokenHash(tok)
+	if err := ix.logWait(jsonRecord(nil, recMember, memberRecord{NS: name, Host: RackHost, Hash: h[:], Client: rack})); err != nil {
+		return err
+	}
+	ns.members[RackHost], ns.rack = h, rack
+	// A new token ends the old one's sessions.
+	for _, s := range ix.sessions {
+		if s.ns == ns && s.Host == RackHost {
+			ix.closeLocked(s, false)
+		}
+	}
+	return nil
+}
+
+// RackToken is the hash of the rack's token and the rack's name
+// (ok false: the namespace is not exported).
+func (ix *Index) RackToken(name string) (hash [sha256.Size]byte, rack string, ok bool, err error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ns, err := ix.nsLocked(name)
+	if err != nil {
+		return hash, "", false, err
+	}
+	hash, ok = ns.members[RackHost]
+	return hash, ns.rack, ok, nil
 }
 
 // RemoveMember forgets host and closes its sessions.
@@ -323,7 +360,12 @@ func (ix *Index) viewLocked(ns *nsState) Namespace {
 	v := Namespace{Name: ns.name, ChunkSize: ns.chunkSize, Quota: ns.quota, Created: ns.created, Chunks: ns.chunkInfos(),
 		Stats: ix.statsLocked(ns)}
 	for h := range ns.members {
-		v.Members = append(v.Members, h)
+		if h != RackHost {
+			v.Members = append(v.Members, h)
+		}
+	}
+	if _, ok := ns.members[RackHost]; ok {
+		v.Rack = ns.rack
 	}
 	slices.Sort(v.Members)
 	return v

@@ -37,6 +37,8 @@ type ServiceConfig struct {
 	Rand     io.Reader // tokens (crypto/rand if nil)
 	// Region is the sharable region chunks come from (-1: the first).
 	Region int
+	// Exporter lets remote racks reach namespaces (Export); nil: none.
+	Exporter Exporter
 }
 
 // Service runs namespaces on shared Dynamic Capacity: each namespace's
@@ -125,6 +127,9 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Namespace, map[d
 	if len(slices.Compact(hosts)) != len(r.Hosts) {
 		return Namespace{}, nil, fmt.Errorf("kv: hosts %v repeat: %w", r.Hosts, ErrInvalid)
 	}
+	if slices.Contains(hosts, RackHost) {
+		return Namespace{}, nil, fmt.Errorf("kv: host %d is the remote racks' ID, not a head: %w", RackHost, ErrInvalid)
+	}
 	defer s.lock(r.Name)()
 	if err := s.Ix.CreateNamespace(r.Name, r.ChunkSize, r.Quota); err != nil {
 		return Namespace{}, nil, err
@@ -199,7 +204,17 @@ func (s *Service) addChunk(ctx context.Context, name string, hosts []dcd.HostID)
 	if err != nil {
 		return fail(err)
 	}
-	if err := s.Ix.AddChunk(name, ChunkInfo{ID: c.ID, Tag: full.Tag, Size: full.Size, Extents: full.Extents}); err != nil {
+	info := ChunkInfo{ID: c.ID, Tag: full.Tag, Size: full.Size, Extents: full.Extents}
+	// An exported namespace's rack reaches the chunk as soon as the index
+	// hands out blocks in it.
+	exp, err := s.exportNew(ctx, name, info)
+	if err != nil {
+		return fail(err)
+	}
+	if err := s.Ix.AddChunk(name, info); err != nil {
+		if exp != "" {
+			_ = s.revoke(context.WithoutCancel(ctx), exp)
+		}
 		return fail(err)
 	}
 	s.log.Info("kv namespace grew", "namespace", name, "chunk", c.ID, "tag", full.Tag, "bytes", full.Size)
@@ -226,6 +241,9 @@ func (s *Service) grow(ctx context.Context, name string) error {
 // Join grants every chunk of the namespace to host and returns its token
 // (a new one if it was a member already).
 func (s *Service) Join(ctx context.Context, name string, host dcd.HostID) (Token, error) {
+	if host == RackHost {
+		return Token{}, fmt.Errorf("kv: host %d is the remote racks' ID, not a head (export the namespace instead): %w", RackHost, ErrInvalid)
+	}
 	defer s.lock(name)()
 	ns, err := s.Ix.Namespace(name)
 	if err != nil {
@@ -366,6 +384,11 @@ func (s *Service) removeChunk(ctx context.Context, name string, id dcd.ChunkID) 
 	}
 	if err := s.Ix.RemoveChunk(name, id); err != nil {
 		s.Ix.Undrain(name, id)
+		return err
+	}
+	// Revocation before release: once the capacity leaves, no rack may
+	// touch it.
+	if err := s.unexportChunk(ctx, id); err != nil {
 		return err
 	}
 	if err := s.freeChunk(ctx, id); err != nil {

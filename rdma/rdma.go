@@ -202,4 +202,10 @@ type CreateRequest struct {
 	// Service's clock, the one that enforces it (Expiry must then be
 	// zero).
 	TTL time.Duration
+	// Hash, if non-zero, is the SHA-256 of a token the caller already
+	// holds: the export is reached with that token, and Create returns
+	// the export with Token zeroed. One secret then opens several exports
+	// (a KV namespace's chunks, exported to one rack), and the caller
+	// needs only the hash to export a chunk added later.
+	Hash TokenHash
 }

@@ -196,11 +196,15 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 	if _, err := io.ReadFull(s.cfg.Rand, id[:]); err != nil {
 		return Export{}, fmt.Errorf("rdma: random: %w", err)
 	}
-	if _, err := io.ReadFull(s.cfg.Rand, exp.Token[:]); err != nil {
-		return Export{}, fmt.Errorf("rdma: random: %w", err)
+	hash := r.Hash
+	if hash == (TokenHash{}) {
+		if _, err := io.ReadFull(s.cfg.Rand, exp.Token[:]); err != nil {
+			return Export{}, fmt.Errorf("rdma: random: %w", err)
+		}
+		hash = HashToken(exp.Token)
 	}
 	exp.ID = ExportID(hex.EncodeToString(id[:]))
-	h, err := newHandle(exp, HashToken(exp.Token), extents, s.cfg.Memory, s.cfg.Clock)
+	h, err := newHandle(exp, hash, extents, s.cfg.Memory, s.cfg.Clock)
 	if err != nil {
 		return Export{}, err
 	}

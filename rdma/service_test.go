@@ -150,6 +150,19 @@ func TestAuthenticate(t *testing.T) {
 	}
 	wrong := live.Token
 	wrong[31] ^= 1
+	// An export made from a token the caller holds, given by its hash
+	// (a KV namespace's, shared by its chunks' exports): Create shows no
+	// token, the caller's opens it.
+	var own rdma.Token
+	own[0] = 0x5a
+	byHash, err := env.Service.Create(context.Background(), rdma.CreateRequest{Chunk: env.Chunk.ID, Client: "rack",
+		Perms: rdma.PermRead, Hash: rdma.HashToken(own)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !byHash.Token.IsZero() {
+		t.Errorf("Create from a hash showed token %s, want none", byHash.Token)
+	}
 	tests := []struct {
 		name string
 		id   rdma.ExportID
@@ -162,6 +175,8 @@ func TestAuthenticate(t *testing.T) {
 		{"zero token", live.ID, rdma.Token{}, 0, rdma.ErrDenied},
 		{"unknown export", "0123456789abcdef", live.Token, 0, rdma.ErrDenied},
 		{"revoked export", revoked.ID, revoked.Token, 0, rdma.ErrDenied},
+		{"caller's token by hash", byHash.ID, own, 0, nil},
+		{"another token on a hash export", byHash.ID, live.Token, 0, rdma.ErrDenied},
 		{"not yet expired", expiring.ID, expiring.Token, 0, nil},
 		{"expired", expiring.ID, expiring.Token, time.Minute, rdma.ErrDenied},
 	}

@@ -281,6 +281,20 @@ func extension() []complexType {
 			object("Chunks", "KVChunk", "The chunks of shared pool memory that hold the namespace's blocks.").list(),
 			object("Stats", "KVStats", "The namespace's numbers."),
 			object("Tokens", "KVToken", "The member hosts' tokens for the KV protocol: only in the answer that creates them.").list(),
+			object("Remote", "KVRemote", "The remote rack the namespace is exported to (null: none).").null(),
+		}},
+		{name: "KVRemote", desc: "A namespace's export to a remote rack: one token for the index and every chunk's export.", props: []prop{
+			str("Client", "The remote rack's name (the exports' client)."),
+			object("Exports", "KVExport", "The export of each chunk, read-write.").list(),
+			str("Token", "The rack's token, 64 hex digits (the KV protocol's form): only in the Export action's answer."),
+			str("ExportToken", "The same token as unpadded base64url (the export protocol's form): only in the Export action's answer."),
+		}},
+		{name: "KVExport", desc: "The export of one chunk of a namespace.", props: []prop{
+			link("MemoryChunk", "MemoryChunks.MemoryChunks", "The chunk."),
+			str("Tag", "The chunk's Dynamic Capacity tag, as the index names it in block locations."),
+			str("Export", "The export's Id, which the rack opens with the token."),
+			link("RDMAConnection", "Connection.Connection", "The export."),
+			integer("Length", "The export's length, in bytes (the chunk's capacity)."),
 		}},
 		{name: "KVChunk", desc: "A chunk of a namespace.", props: []prop{
 			link("MemoryChunk", "MemoryChunks.MemoryChunks", "The chunk."),

@@ -40,6 +40,32 @@ type kvNamespace struct {
 		Host  string `json:"Host"`
 		Token string `json:"Token"`
 	} `json:"Tokens"`
+	Remote *struct {
+		Client      string `json:"Client"`
+		Token       string `json:"Token"`
+		ExportToken string `json:"ExportToken"`
+		Exports     []struct {
+			MemoryChunk struct {
+				ID string `json:"@odata.id"`
+			} `json:"MemoryChunk"`
+			Tag    string `json:"Tag"`
+			Export string `json:"Export"`
+		} `json:"Exports"`
+	} `json:"Remote"`
+}
+
+// kvRemoteOut is a namespace's export to a rack in --json output.
+type kvRemoteOut struct {
+	Client      string        `json:"client"`
+	Token       string        `json:"token,omitempty"`
+	ExportToken string        `json:"export_token,omitempty"`
+	Exports     []kvExportOut `json:"exports"`
+}
+
+type kvExportOut struct {
+	Export string `json:"export"`
+	Chunk  string `json:"chunk"`
+	Tag    string `json:"tag"`
 }
 
 // kvOut is a namespace in --json output.
@@ -57,6 +83,7 @@ type kvOut struct {
 	Chunks        []string          `json:"chunks"`
 	Tags          []string          `json:"tags"`
 	Tokens        map[string]string `json:"tokens,omitempty"`
+	Remote        *kvRemoteOut      `json:"remote,omitempty"`
 }
 
 func toKVOut(n kvNamespace) kvOut {
@@ -71,6 +98,12 @@ func toKVOut(n kvNamespace) kvOut {
 		o.Tokens = map[string]string{}
 		for _, t := range n.Tokens {
 			o.Tokens[t.Host] = t.Token
+		}
+	}
+	if r := n.Remote; r != nil {
+		o.Remote = &kvRemoteOut{Client: r.Client, Token: r.Token, ExportToken: r.ExportToken, Exports: []kvExportOut{}}
+		for _, e := range r.Exports {
+			o.Remote.Exports = append(o.Remote.Exports, kvExportOut{Export: e.Export, Chunk: lastSegment(e.MemoryChunk.ID), Tag: e.Tag})
 		}
 	}
 	if o.Hosts == nil {
@@ -97,8 +130,10 @@ func cmdKV(ctx context.Context, a *app, args []string) error {
 		return kvMember(ctx, a, sub, args)
 	case "delete":
 		return kvDelete(ctx, a, args)
+	case "export", "unexport":
+		return kvExport(ctx, a, sub, args)
 	}
-	return usagef("kv: unknown subcommand %q (list, show, create, resize, join, leave, delete)", sub)
+	return usagef("kv: unknown subcommand %q (list, show, create, resize, join, leave, delete, export, unexport)", sub)
 }
 
 func kvList(ctx context.Context, a *app, args []string) error {
@@ -156,6 +191,16 @@ func (a *app) printKV(n kvNamespace, verb string) error {
 			fmt.Fprintf(a.stdout, "token %s: %s\n", t.Host, t.Token)
 		}
 		fmt.Fprintln(a.stdout, "The tokens are shown only this once: give each host its own now (CXLPOOL_KV_TOKEN).")
+	}
+	if r := o.Remote; r != nil {
+		fmt.Fprintf(a.stdout, "remote:    %s\n", r.Client)
+		for _, e := range r.Exports {
+			fmt.Fprintf(a.stdout, "export:    %s (chunk %s, tag %s)\n", e.Export, e.Chunk, e.Tag)
+		}
+		if r.Token != "" {
+			fmt.Fprintf(a.stdout, "rack token: %s (export protocol form: %s)\n", r.Token, r.ExportToken)
+			fmt.Fprintln(a.stdout, "The rack's token is shown only this once: it opens the index (as the rack) and every export above.")
+		}
 	}
 	return nil
 }
@@ -273,6 +318,40 @@ func kvMember(ctx context.Context, a *app, verb string, args []string) error {
 		return err
 	}
 	return a.printKV(n, word)
+}
+
+// kvExport exports a namespace to a remote rack (its chunks through the
+// export protocol, one token for all and for the index), or ends it.
+func kvExport(ctx context.Context, a *app, verb string, args []string) error {
+	usage := "NAME --client RACK"
+	if verb == "unexport" {
+		usage = "NAME"
+	}
+	fs := a.flags("kv "+verb, usage)
+	rack := fs.String("client", "", "the remote rack (`name`) the namespace is exported to")
+	pos, err := parse(fs, args, 1, 1)
+	if err != nil {
+		return err
+	}
+	uri, err := kvURI(pos[0])
+	if err != nil {
+		return err
+	}
+	if verb == "unexport" {
+		n, err := a.kvDo(ctx, http.MethodPost, uri+"/Actions/CxlPool.Unexport", map[string]any{})
+		if err != nil {
+			return err
+		}
+		return a.printKV(n, "Revoked the remote rack's exports of")
+	}
+	if *rack == "" {
+		return usagef("kv export: --client RACK is required")
+	}
+	n, err := a.kvDo(ctx, http.MethodPost, uri+"/Actions/CxlPool.Export", map[string]any{"Client": *rack})
+	if err != nil {
+		return err
+	}
+	return a.printKV(n, "Exported to "+*rack+":")
 }
 
 func kvDelete(ctx context.Context, a *app, args []string) error {

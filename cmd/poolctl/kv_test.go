@@ -35,3 +35,26 @@ func TestKV(t *testing.T) {
 	c.ok(c.run("kv", "delete", "llama"))
 	c.fails(c.run("kv", "show", "llama"), exitError, "ResourceNotFound")
 }
+
+// TestKVExport: an administrator exports a namespace to a rack (the
+// token shown once, an export per chunk), show lists the exports without
+// the token, unexport revokes them; a reader may not export.
+func TestKVExport(t *testing.T) {
+	c := newCLI(t)
+	c.ok(c.as("admin", "login"))
+	c.ok(c.run("kv", "create", "llama", "--hosts", "Host0", "--chunk", "256MiB"))
+	r := c.ok(c.run("kv", "export", "llama", "--client", "rack-7"))
+	if !strings.Contains(r.stdout, "Exported to rack-7: namespace llama.") || !strings.Contains(r.stdout, "rack token: ") {
+		t.Errorf("export: %q", r.stdout)
+	}
+	s := decodeJSON[kvOut](t, c.ok(c.run("--json", "kv", "show", "llama")))
+	if s.Remote == nil || s.Remote.Client != "rack-7" || len(s.Remote.Exports) != 1 || s.Remote.Token != "" {
+		t.Errorf("show after export: %+v", s.Remote)
+	}
+	c.fails(c.as("reader", "kv", "export", "llama", "--client", "rack-8"), exitError, "InsufficientPrivilege")
+	c.fails(c.run("kv", "export", "llama"), exitUsage, "--client RACK is required")
+	c.ok(c.run("kv", "unexport", "llama"))
+	if s := decodeJSON[kvOut](t, c.ok(c.run("--json", "kv", "show", "llama"))); s.Remote != nil {
+		t.Errorf("show after unexport: %+v", s.Remote)
+	}
+}

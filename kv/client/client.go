@@ -39,6 +39,10 @@ type Config struct {
 	Mapper        Mapper
 	// Timeout bounds each request's round trip (10 s).
 	Timeout time.Duration
+	// Remote, if set, makes this a remote rack's client: Host is
+	// RackHost, Token the namespace's remote token, Mapper unused, the
+	// bytes go through the chunks' exports.
+	Remote *Remote
 }
 
 // Error is a refusal from the server: the op, the status and, for a whole
@@ -96,6 +100,8 @@ type Client struct {
 	// useMu is held shared while bytes of a mapping are copied, and
 	// exclusively to unmap: a mapping never goes away under a copy.
 	useMu sync.RWMutex
+
+	rem *remote // remote mode
 }
 
 // Dial connects and says HELLO.
@@ -112,6 +118,10 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("kv client: %w", err)
 	}
 	c := &Client{cfg: cfg, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10), maps: map[[16]byte]host.Mapping{}}
+	if cfg.Remote != nil {
+		cfg.Host, c.cfg.Host = RackHost, RackHost
+		c.rem = newRemote(*cfg.Remote, cfg.Token)
+	}
 	resp, err := c.do(ctx, &wire.Request{Op: wire.OpHello, Namespace: cfg.Namespace, Host: cfg.Host, Token: cfg.Token,
 		LeaseMS: uint32(cfg.Lease / time.Millisecond)})
 	if err != nil {
@@ -140,7 +150,72 @@ func (c *Client) Close() error {
 		delete(c.maps, t)
 	}
 	c.mapMu.Unlock()
+	if c.rem != nil {
+		c.rem.close()
+	}
 	return err
+}
+
+// write puts v into the block's bytes: a copy into this host's mapping,
+// or a remote rack's WRITE through the chunk's export.
+func (c *Client) write(ctx context.Context, l wire.Loc, v []byte) error {
+	if c.rem != nil {
+		return c.rem.io(ctx, l, v[:min(uint64(len(v)), l.Length)], true)
+	}
+	c.useMu.RLock()
+	defer c.useMu.RUnlock()
+	dst, err := c.bytes(ctx, l)
+	if err == nil {
+		copy(dst, v)
+	}
+	return err
+}
+
+// remoteReads bounds a remote rack's READs in flight for one batch.
+const remoteReads = 8
+
+// readAll runs read(0..n-1): in turn for a host (memcpy from the
+// mapping), up to remoteReads at once for a rack, whose READs are round
+// trips that overlap on the export's connections.
+func (c *Client) readAll(n int, read func(k int)) {
+	if c.rem == nil || n <= 1 {
+		for k := range n {
+			read(k)
+		}
+		return
+	}
+	var wg sync.WaitGroup
+	next := make(chan int)
+	for range min(n, remoteReads) {
+		wg.Go(func() {
+			for k := range next {
+				read(k)
+			}
+		})
+	}
+	for k := range n {
+		next <- k
+	}
+	close(next)
+	wg.Wait()
+}
+
+// read is a copy of the block's bytes (mapping or export READ).
+func (c *Client) read(ctx context.Context, l wire.Loc) ([]byte, error) {
+	if c.rem != nil {
+		p := make([]byte, l.Length)
+		if err := c.rem.io(ctx, l, p, false); err != nil {
+			return nil, err
+		}
+		return p, nil
+	}
+	c.useMu.RLock()
+	defer c.useMu.RUnlock()
+	src, err := c.bytes(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	return append([]byte(nil), src...), nil
 }
 
 // do sends one request and reads its answer; a refusal of the whole
@@ -264,13 +339,7 @@ func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) ([]error, 
 			if out[i] = itemErr(wire.OpPut, it.Status); out[i] != nil {
 				continue
 			}
-			c.useMu.RLock()
-			dst, err := c.bytes(ctx, it.Loc)
-			if err == nil {
-				copy(dst, values[i])
-			}
-			c.useMu.RUnlock()
-			if err != nil {
+			if err := c.write(ctx, it.Loc, values[i]); err != nil {
 				out[i] = err
 				abort = append(abort, it.Loc.Block)
 				continue
@@ -318,25 +387,23 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 		if err != nil {
 			return err
 		}
+		found := make([]int, 0, len(resp.Items))
+		for j, it := range resp.Items {
+			if errs[lo+j] = itemErr(wire.OpGet, it.Status); errs[lo+j] == nil {
+				found = append(found, j)
+			}
+		}
+		c.readAll(len(found), func(k int) {
+			j := found[k]
+			vals[lo+j], errs[lo+j] = c.read(ctx, resp.Items[j].Loc)
+		})
 		var checks []wire.BlockGen
 		var at []int
-		for j, it := range resp.Items {
-			i := lo + j
-			if errs[i] = itemErr(wire.OpGet, it.Status); errs[i] != nil {
-				continue
+		for _, j := range found {
+			if i := lo + j; errs[i] == nil {
+				checks = append(checks, wire.BlockGen{Block: resp.Items[j].Loc.Block, Gen: resp.Items[j].Loc.Gen})
+				at = append(at, i)
 			}
-			c.useMu.RLock()
-			src, err := c.bytes(ctx, it.Loc)
-			if err == nil {
-				vals[i] = append([]byte(nil), src...)
-			}
-			c.useMu.RUnlock()
-			if err != nil {
-				errs[i] = err
-				continue
-			}
-			checks = append(checks, wire.BlockGen{Block: it.Loc.Block, Gen: it.Loc.Gen})
-			at = append(at, i)
 		}
 		if len(checks) == 0 {
 			return nil
@@ -357,8 +424,8 @@ func (c *Client) GetBatch(ctx context.Context, keys [][]byte) ([][]byte, []error
 	return vals, errs, err
 }
 
-// Pinned is a pinned block: Bytes are valid (in pool memory, not a copy)
-// until Unpin or Close. (A chunk with pinned blocks never leaves the
+// Pinned is a pinned block: Bytes are valid (in pool memory, not a copy;
+// for a remote rack a copy) until Unpin or Close. (A chunk with pinned blocks never leaves the
 // namespace, so Chunks never unmaps them.)
 type Pinned struct {
 	Loc   wire.Loc
@@ -380,7 +447,14 @@ func (c *Client) Pin(ctx context.Context, keys [][]byte) ([]Pinned, []error, err
 				continue
 			}
 			out[i].Loc = it.Loc
-			if out[i].Bytes, errs[i] = c.bytes(ctx, it.Loc); errs[i] != nil {
+			if c.rem != nil {
+				// A rack has no mapping: a pinned block's bytes are a
+				// copy, which the pin keeps valid.
+				out[i].Bytes, errs[i] = c.read(ctx, it.Loc)
+			} else {
+				out[i].Bytes, errs[i] = c.bytes(ctx, it.Loc)
+			}
+			if errs[i] != nil {
 				_, _ = c.do(ctx, &wire.Request{Op: wire.OpUnpin, Blocks: []uint64{it.Loc.Block}})
 			}
 		}
@@ -475,6 +549,9 @@ func (c *Client) Chunks(ctx context.Context) ([]wire.Chunk, error) {
 		}
 	}
 	c.mapMu.Unlock()
+	if c.rem != nil {
+		c.rem.keep(live)
+	}
 	return resp.Chunks, nil
 }
 

@@ -61,15 +61,19 @@ type boxRig struct {
 	wire     atomic.Int64
 }
 
-func newBoxRig(t *testing.T) *boxRig {
+func newBoxRig(t testing.TB, opts ...func(*appliance.Config)) *boxRig {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	scfg := sim.DefaultConfig()
 	scfg.Capacity = 16 << 30
 	scfg.WorkloadTick = -1
 	scfg.BlockSize = 16 << 20 // small chunks: the tests move less memory
-	app, err := appliance.Open(ctx, appliance.Config{Device: appliance.DeviceSim, DataDir: t.TempDir(), Sim: scfg,
-		Logger: slog.New(slog.DiscardHandler), AddTimeout: 5 * time.Second, ReleaseTimeout: time.Second, Synchronous: "NORMAL"})
+	acfg := appliance.Config{Device: appliance.DeviceSim, DataDir: t.TempDir(), Sim: scfg,
+		Logger: slog.New(slog.DiscardHandler), AddTimeout: 5 * time.Second, ReleaseTimeout: time.Second, Synchronous: "NORMAL"}
+	for _, o := range opts {
+		o(&acfg)
+	}
+	app, err := appliance.Open(ctx, acfg)
 	if err != nil {
 		cancel()
 		t.Fatal(err)
@@ -125,6 +129,21 @@ func newBoxRig(t *testing.T) *boxRig {
 	return r
 }
 
+// host dials the index as head ld once its backend surfaced the chunk
+// with tag (closed at the test's end).
+func (r *boxRig) host(ctx context.Context, t testing.TB, name, tag string, ld int, tok kv.Token) *client.Client {
+	t.Helper()
+	if _, err := r.backends[ld].Wait(ctx, tag); err != nil {
+		t.Fatalf("host %d never surfaced the namespace's chunk: %v", ld, err)
+	}
+	c, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: name, Host: uint16(ld), Token: tok, Mapper: r.backends[ld]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
 // TestTwoHostsShareBlocks is the store's point: host 0 puts blocks, host
 // 1 gets identical bytes, both through their own mappings of the shared
 // chunk; the bytes are in pool memory and never cross the index's wire.
@@ -140,19 +159,7 @@ func TestTwoHostsShareBlocks(t *testing.T) {
 		t.Fatalf("namespace has %d chunks, want 1", len(ns.Chunks))
 	}
 	tag := ns.Chunks[0].Tag.String()
-	dial := func(ld int) *client.Client {
-		if _, err := r.backends[ld].Wait(ctx, tag); err != nil {
-			t.Fatalf("host %d never surfaced the namespace's chunk: %v", ld, err)
-		}
-		c, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: "llama", Host: uint16(ld), Token: toks[dcd.HostID(ld)],
-			Mapper: r.backends[ld]})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	a, b := dial(0), dial(1)
+	a, b := r.host(ctx, t, "llama", tag, 0, toks[0]), r.host(ctx, t, "llama", tag, 1, toks[1])
 	const n, size = 16, 256 << 10
 	var keys, vals [][]byte
 	for i := range n {

@@ -1,0 +1,177 @@
+package client_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"cxlpool/dcd"
+	"cxlpool/kv"
+)
+
+// BenchmarkRemoteGet: a remote rack's Get of 256 KiB and 2 MiB blocks
+// (index GET, READ through the chunk's export, generation CHECK), beside
+// raw TCP moving the same bytes over loopback in the same run (one
+// request, one answer of the block's length, from a buffer of the same
+// size as the blocks' working set). Reported: MB/s of each, and
+// x-raw-tcp, the rack's throughput over raw TCP's (goal ≥ 0.8). batch=8
+// is GetBatch of 8 blocks (one GET, 8 READs in flight, one CHECK) beside
+// 8 raw requests pipelined on the one connection.
+func BenchmarkRemoteGet(b *testing.B) {
+	for _, batch := range []int{1, 8} {
+		for _, size := range []int{256 << 10, 2 << 20} {
+			b.Run(fmt.Sprintf("%dKiB/batch=%d", size>>10, batch), func(b *testing.B) { benchRemoteGet(b, size, batch) })
+		}
+	}
+}
+
+func benchRemoteGet(b *testing.B, size, batch int) {
+	r := newBoxRig(b, withExports)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	const chunk = 16 << 20
+	ns, toks, err := r.app.KV.Create(ctx, kv.CreateRequest{Name: "bench", ChunkSize: chunk, Hosts: []dcd.HostID{0}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ra, err := r.app.KV.Export(ctx, "bench", "rack-bench")
+	if err != nil {
+		b.Fatal(err)
+	}
+	h0 := r.host(ctx, b, "bench", ns.Chunks[0].Tag.String(), 0, toks[0])
+	n := chunk / size / 2 // a working set of half the chunk
+	keys, vals := blockValues(n, size, 3)
+	errs, err := h0.PutBatch(ctx, keys, vals)
+	for i, e := range errs {
+		if e != nil {
+			b.Fatalf("put %d: %v", i, e)
+		}
+	}
+	if err != nil {
+		b.Fatal(err)
+	}
+	rack, err := r.rack(ctx, b, "bench", ra.Token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := rack.Get(ctx, keys[0]); err != nil { // dial the export outside the timing
+		b.Fatal(err)
+	}
+	raw := startRawBlocks(b, n*size)
+	rc, err := dialRawBlocks(raw)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer rc.Close()
+	bufs := make([][]byte, batch)
+
+	// Interleaved, one of each per iteration, so that the load of a
+	// shared machine weighs on both alike.
+	var remote, rawd time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		ks := make([][]byte, batch)
+		offs := make([]int, batch)
+		for k := range batch {
+			at := (i*batch + k) % n
+			ks[k], offs[k] = keys[at], at*size
+		}
+		t0 := time.Now()
+		vs, errs, err := rack.GetBatch(ctx, ks)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for k, v := range vs {
+			if errs[k] != nil || len(v) != size {
+				b.Fatalf("get: %d bytes, %v; want %d", len(v), errs[k], size)
+			}
+		}
+		t1 := time.Now()
+		// The same bytes a Get returns: a fresh buffer per block too.
+		for k := range bufs {
+			bufs[k] = make([]byte, size)
+		}
+		if err := rc.readMany(bufs, offs); err != nil {
+			b.Fatal(err)
+		}
+		remote += t1.Sub(t0)
+		rawd += time.Since(t1)
+	}
+	b.StopTimer()
+	mb := float64(b.N) * float64(batch*size) / 1e6
+	b.ReportMetric(mb/remote.Seconds(), "rack-MB/s")
+	b.ReportMetric(mb/rawd.Seconds(), "raw-tcp-MB/s")
+	b.ReportMetric(rawd.Seconds()/remote.Seconds(), "x-raw-tcp")
+}
+
+// startRawBlocks serves raw reads: a request is the length and offset
+// (4 bytes each), the answer that many bytes of a buffer of span bytes.
+func startRawBlocks(b testing.TB, span int) string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	mem := make([]byte, span)
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer nc.Close()
+				var hdr [8]byte
+				for {
+					if _, err := io.ReadFull(nc, hdr[:]); err != nil {
+						return
+					}
+					n, off := int(binary.LittleEndian.Uint32(hdr[:])), int(binary.LittleEndian.Uint32(hdr[4:]))
+					if off+n > len(mem) {
+						return
+					}
+					if _, err := nc.Write(mem[off : off+n]); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	return ln.Addr().String()
+}
+
+type rawBlocks struct {
+	net.Conn
+	br *bufio.Reader
+}
+
+func dialRawBlocks(addr string) (*rawBlocks, error) {
+	nc, err := net.Dial("tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	return &rawBlocks{nc, bufio.NewReaderSize(nc, 64<<10)}, nil
+}
+
+// readMany sends every request, then reads every answer.
+func (r *rawBlocks) readMany(ps [][]byte, offs []int) error {
+	hdrs := make([]byte, 0, 8*len(ps))
+	for k, p := range ps {
+		hdrs = binary.LittleEndian.AppendUint32(hdrs, uint32(len(p)))
+		hdrs = binary.LittleEndian.AppendUint32(hdrs, uint32(offs[k]))
+	}
+	if _, err := r.Write(hdrs); err != nil {
+		return err
+	}
+	for _, p := range ps {
+		if _, err := io.ReadFull(r.br, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
