@@ -99,7 +99,21 @@ func TestUEFI(t *testing.T) {
 		t.Errorf("UEFI boot: the loader's kernel did not show the UKI's command line; console:\n%s", tail(vm.Console(), 4000))
 	}
 	pw := waitFor(vm, passwordRE)[1]
-	mgr, _ := e.client(pw).must(http.MethodGet, "/redfish/v1/Managers/FM", nil, http.StatusOK)
+	// The daemon may restart once the data partition's settings are read
+	// (boxinit); ask again within a bounded deadline.
+	var mgr map[string]any
+	for deadline := time.Now().Add(time.Minute); ; {
+		st, m, _, err := e.client(pw).doContext(e.ctx, http.MethodGet, "/redfish/v1/Managers/FM", nil)
+		if err == nil && st == http.StatusOK {
+			mgr = m
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("UEFI boot: GET Managers/FM: status %d, %v; console:\n%s", st, err, tail(vm.Console(), 6000))
+		}
+		t.Logf("UEFI boot: GET Managers/FM: status %d, %v; again", st, err)
+		time.Sleep(time.Second) // a poll interval, not a wait for an event
+	}
 	if got := mgr["FirmwareVersion"]; got != version {
 		t.Errorf("UEFI boot: Manager FirmwareVersion: got %v, want %s", got, version)
 	}
