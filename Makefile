@@ -125,7 +125,7 @@ vmtest: image
 
 # The disk image through UEFI: OVMF (Debian's ovmf) with no boot entries
 # boots the loader stage from the EFI system partition (TestUEFI, three
-# boots; not in CI's VM stage). Installs ovmf if missing.
+# boots; CI runs it inside make vmtest). Installs ovmf if missing.
 vmtest-uefi: image
 	@ls /usr/share/OVMF/OVMF_CODE.fd >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ovmf
 	CXLPOOL_VMTEST=1 CXLPOOL_VMTEST_UEFI=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 15m -run 'TestUEFI$$' ./image/vmtest/

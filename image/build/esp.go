@@ -74,10 +74,11 @@ func BuildUKI(ctx context.Context, cfg Config, work, kernel, initrd, cmdline, ve
 
 // writeESP makes a FAT filesystem of size bytes at img holding efi as
 // \EFI\BOOT\BOOTX64.EFI (dosfstools' mkfs.vfat, mtools' mmd/mcopy: no
-// loop mount, no root). The volume ID is fixed so builds compare.
+// loop mount, no root). --invariant fixes the volume ID (1234-ABCD) and
+// the other varying fields so builds compare.
 func writeESP(ctx context.Context, cfg Config, img, efi string, size int64) error {
 	_ = os.Remove(img)
-	if err := run(ctx, cfg, "", nil, "mkfs.vfat", "-C", "-n", "CXLPOOL-ESP", "-i", "c0011e55", "--invariant", img,
+	if err := run(ctx, cfg, "", nil, "mkfs.vfat", "-C", "-n", "CXLPOOL-ESP", "--invariant", img,
 		fmt.Sprint(size/1024)); err != nil {
 		return err
 	}
