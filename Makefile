@@ -16,7 +16,7 @@ EXTERNAL_HOSTS ?=
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-host
+.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-uefi vmtest-host
 
 all: build
 
@@ -122,6 +122,13 @@ flash:
 # box on the host; installs qemu-system-x86 and the kernel if missing.
 vmtest: image
 	CXLPOOL_VMTEST=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 30m ./image/vmtest/
+
+# The disk image through UEFI: OVMF (Debian's ovmf) with no boot entries
+# boots the loader stage from the EFI system partition (TestUEFI, three
+# boots; CI runs it inside make vmtest). Installs ovmf if missing.
+vmtest-uefi: image
+	@ls /usr/share/OVMF/OVMF_CODE.fd >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ovmf
+	CXLPOOL_VMTEST=1 CXLPOOL_VMTEST_UEFI=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 15m -run 'TestUEFI$$' ./image/vmtest/
 
 # The Linux host backend (host/linux) for real: one QEMU guest (TCG) with an
 # emulated CXL Type-3 device and Debian's kernel; about 2 minutes. Installs

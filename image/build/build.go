@@ -345,10 +345,14 @@ func run(ctx context.Context, cfg Config, dir string, env []string, name string,
 // installing them when allowed.
 func ensureTools(ctx context.Context, cfg Config) error {
 	var missing []string
-	for tool, pkg := range map[string]string{"xz": "xz-utils", "zstd": "zstd", "mke2fs": "e2fsprogs", "gcc": "gcc", "pkg-config": "pkg-config"} {
+	for tool, pkg := range map[string]string{"xz": "xz-utils", "zstd": "zstd", "mke2fs": "e2fsprogs", "gcc": "gcc", "pkg-config": "pkg-config",
+		"objcopy": "binutils", "mkfs.vfat": "dosfstools", "mcopy": "mtools"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, pkg)
 		}
+	}
+	if _, err := os.Stat(EFIStub); err != nil {
+		missing = append(missing, "systemd-boot-efi")
 	}
 	if exec.CommandContext(ctx, "pkg-config", "--exists", "libusb-1.0").Run() != nil {
 		missing = append(missing, "libusb-1.0-0-dev")
@@ -722,6 +726,19 @@ func makeDisk(ctx context.Context, cfg Config, res *Result, dataCfg string, keys
 	if err := CopySparse(f, dp.Offset, img); err != nil {
 		return err
 	}
+	// EFI system partition: the loader stage as BOOTX64.EFI.
+	if ep, err := disk.Find(parts, disk.ESPName); err == nil {
+		if res.Loader == nil || res.Loader.EFI == "" {
+			return fmt.Errorf("build: the layout has an EFI system partition but no loader.efi was built (is %s installed?)", EFIStub)
+		}
+		esp := filepath.Join(cfg.Out, "work", "esp.fat")
+		if err := writeESP(ctx, cfg, esp, res.Loader.EFI, ep.Size); err != nil {
+			return err
+		}
+		if err := CopySparse(f, ep.Offset, esp); err != nil {
+			return err
+		}
+	}
 	return f.Sync()
 }
 
@@ -776,5 +793,8 @@ func Report(w io.Writer, r *Result) {
 	if l := r.Loader; l != nil {
 		fmt.Fprintf(w, "  loader     %s (cpio %s, gzip %s), %d modules; kernel %s (%s; the VM test boots it as vmlinux)\n",
 			l.Initramfs, mb(l.CPIOSize), mb(l.InitramfsSize), len(l.Modules), l.Kernel, mb(l.KernelSize))
+		if l.EFI != "" {
+			fmt.Fprintf(w, "  loader.efi %s (%s): the same as a unified kernel image, \\%s on the disk's EFI system partition\n", l.EFI, mb(l.EFISize), strings.ReplaceAll(ESPBootPath, "/", "\\"))
+		}
 	}
 }

@@ -58,6 +58,12 @@ type LoaderResult struct {
 	Initramfs, Kernel                   string
 	CPIOSize, InitramfsSize, KernelSize int64
 	Modules                             []string
+	// EFI is loader.efi, the same kernel, initramfs and LoaderCmdline
+	// as one unified kernel image (UEFI boards boot it from the ESP);
+	// "" when systemd's EFI stub is not installed (BuildLoader called
+	// outside Build, which installs it).
+	EFI     string
+	EFISize int64
 }
 
 // Names of the loader's artefacts in the output directory.
@@ -151,6 +157,17 @@ func BuildLoader(ctx context.Context, c LoaderConfig) (*LoaderResult, error) {
 		return nil, fmt.Errorf("build: loader kernel: %w", err)
 	}
 	res.KernelSize = int64(len(kb))
+	if _, err := os.Stat(EFIStub); err == nil {
+		efi := filepath.Join(c.Out, LoaderEFI)
+		if err := BuildUKI(ctx, cfg, filepath.Join(c.Work, "uki"), res.Kernel, res.Initramfs, LoaderCmdline, c.Version, efi); err != nil {
+			return nil, err
+		}
+		fi, err := os.Stat(efi)
+		if err != nil {
+			return nil, fmt.Errorf("build: loader: %w", err)
+		}
+		res.EFI, res.EFISize = efi, fi.Size()
+	}
 	return res, nil
 }
 

@@ -32,6 +32,9 @@ const (
 	SlotAName = "cxlpool-slot-a"
 	SlotBName = "cxlpool-slot-b"
 	DataName  = "cxlpool-data"
+	// ESPName is the EFI system partition: the loader stage as
+	// \EFI\BOOT\BOOTX64.EFI, for UEFI boards.
+	ESPName = "cxlpool-esp"
 )
 
 // SectorSize is the logical block size the table is written for.
@@ -58,6 +61,11 @@ var (
 // linuxData is the "Linux filesystem data" partition type; partitions are
 // told apart by name, not type.
 var linuxData = GUID{0x0FC63DAF, 0x8483, 0x4772, [8]byte{0x8E, 0x79, 0x3D, 0x69, 0xD8, 0x47, 0x7D, 0xE4}}
+
+// ESPType is the "EFI System" partition type (gdisk's EF00), the one UEFI
+// firmware looks for \EFI\BOOT\BOOTX64.EFI on; the ESP is the only
+// partition whose type matters.
+var ESPType = GUID{0xC12A7328, 0xF81F, 0x11D2, [8]byte{0xBA, 0x4B, 0x00, 0xA0, 0xC9, 0x3E, 0xC9, 0x3B}}
 
 // GUID is a GPT GUID in its textual field order.
 type GUID struct {
@@ -122,13 +130,16 @@ type Layout struct {
 	SlotSize int64 // each of slot A and B
 	DataSize int64
 	BootSize int64
+	// ESPSize is the EFI system partition's (0: none). It is the last
+	// partition, so adding it moves none of the others.
+	ESPSize int64
 	// Seed makes the GUIDs reproducible.
 	Seed uint64
 }
 
 // DefaultLayout fits a ~25 MB bundle with room to grow.
 func DefaultLayout() Layout {
-	return Layout{SlotSize: 64 * mib, DataSize: 64 * mib, BootSize: 1 * mib}
+	return Layout{SlotSize: 64 * mib, DataSize: 64 * mib, BootSize: 1 * mib, ESPSize: 32 * mib}
 }
 
 // Partitions returns the table Layout describes, and the disk size.
@@ -147,6 +158,14 @@ func (l Layout) Partitions() ([]Partition, int64, error) {
 		parts = append(parts, Partition{Index: i + 1, Name: p.name, Type: linuxData, GUID: guidFrom(l.Seed, uint32(i+1)),
 			Offset: off, Size: p.size})
 		off += p.size
+	}
+	if l.ESPSize < 0 || l.ESPSize%mib != 0 {
+		return nil, 0, fmt.Errorf("disk: the ESP size must be a multiple of 1 MiB, got %d", l.ESPSize)
+	}
+	if l.ESPSize > 0 {
+		parts = append(parts, Partition{Index: len(parts) + 1, Name: ESPName, Type: ESPType, GUID: guidFrom(l.Seed, uint32(len(parts)+1)),
+			Offset: off, Size: l.ESPSize})
+		off += l.ESPSize
 	}
 	// Room for the backup table, rounded up to 1 MiB.
 	return parts, off + mib, nil

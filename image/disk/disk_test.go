@@ -25,7 +25,7 @@ func (m memDisk) ReadAt(p []byte, off int64) (int, error) {
 func (m memDisk) WriteAt(p []byte, off int64) (int, error) { return copy(m[off:], p), nil }
 
 func smallLayout() Layout {
-	return Layout{SlotSize: 2 * mib, DataSize: 1 * mib, BootSize: 1 * mib, Seed: 42}
+	return Layout{SlotSize: 2 * mib, DataSize: 1 * mib, BootSize: 1 * mib, ESPSize: 1 * mib, Seed: 42}
 }
 
 func TestTableRoundTrip(t *testing.T) {
@@ -33,8 +33,8 @@ func TestTableRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if size != 8*mib {
-		t.Fatalf("got disk size %d, want %d", size, 8*mib)
+	if size != 9*mib {
+		t.Fatalf("got disk size %d, want %d", size, 9*mib)
 	}
 	d := make(memDisk, size)
 	if err := WriteTable(d, size, parts, 42); err != nil {
@@ -50,11 +50,21 @@ func TestTableRoundTrip(t *testing.T) {
 	wantNames := []struct {
 		name string
 		off  int64
-	}{{BootName, 1 * mib}, {SlotAName, 2 * mib}, {SlotBName, 4 * mib}, {DataName, 6 * mib}}
+	}{{BootName, 1 * mib}, {SlotAName, 2 * mib}, {SlotBName, 4 * mib}, {DataName, 6 * mib}, {ESPName, 7 * mib}}
 	for _, w := range wantNames {
 		p, err := Find(got, w.name)
 		if err != nil || p.Offset != w.off {
 			t.Errorf("Find(%s): got offset %d err %v, want %d", w.name, p.Offset, err, w.off)
+		}
+	}
+	// UEFI firmware finds the ESP by its type; the others are Linux data.
+	for _, p := range got {
+		want := linuxData
+		if p.Name == ESPName {
+			want = ESPType
+		}
+		if p.Type != want {
+			t.Errorf("%s: type %v, want %v", p.Name, p.Type, want)
 		}
 	}
 	if _, err := Find(got, "nope"); !errors.Is(err, ErrNoPartition) {

@@ -497,3 +497,35 @@ func FuzzCmdline(f *testing.F) {
 		}
 	})
 }
+
+// TestWithoutEFI: boot_params from a UEFI boot lose efi_info and gain
+// the ACPI root pointer from the EFI system table; a BIOS/PVH boot's are
+// left alone.
+func TestWithoutEFI(t *testing.T) {
+	rsdp := ParseEFISystab("SMBIOS=0x7f9a0000\nACPI=0x7f77e000\nACPI20=0x7f77e014\n")
+	if got, want := rsdp, uint64(0x7f77e014); got != want {
+		t.Errorf("ParseEFISystab: got %#x, want %#x", got, want)
+	}
+	if got := ParseEFISystab("ACPI=0x10\n"); got != 0x10 {
+		t.Errorf("ParseEFISystab without ACPI20: got %#x, want 0x10", got)
+	}
+	if got := ParseEFISystab(""); got != 0 {
+		t.Errorf("ParseEFISystab(\"\"): got %#x, want 0", got)
+	}
+
+	b := make([]byte, bpSize)
+	copy(b[bpEFIInfo:], "EL64")
+	b[bpEFIInfo+8] = 0x42
+	if !WithoutEFI(b, rsdp) {
+		t.Fatal("WithoutEFI of a UEFI boot's boot_params: got false, want true")
+	}
+	want := make([]byte, bpSize)
+	binary.LittleEndian.PutUint64(want[bpACPIRSDP:], rsdp)
+	if diff := cmp.Diff(want, b); diff != "" {
+		t.Errorf("boot_params (-want +got):\n%s", diff)
+	}
+	bios := make([]byte, bpSize)
+	if WithoutEFI(bios, rsdp) || !cmp.Equal(bios, make([]byte, bpSize)) {
+		t.Errorf("WithoutEFI of a BIOS boot's boot_params changed them")
+	}
+}

@@ -49,6 +49,10 @@ func (Linux) LoadModule(path string) error {
 // next kernel needs too.
 const bootParamsPath = "/sys/kernel/boot_params/data"
 
+// efiSystabPath lists the EFI configuration tables (ACPI's root pointer)
+// when the kernel was booted by UEFI.
+const efiSystabPath = "/sys/firmware/efi/systab"
+
 // KexecLoad stages the ELF kernel, the initramfs and cmdline.
 func (Linux) KexecLoad(kernel, initramfs, cmdline string) error {
 	bp, err := os.ReadFile(bootParamsPath)
@@ -91,6 +95,9 @@ func (Linux) KexecLoad(kernel, initramfs, cmdline string) error {
 	if err != nil {
 		return fmt.Errorf("kexec: %w", err)
 	}
+	// Booted by UEFI: the next kernel boots without EFI (see WithoutEFI).
+	systab, _ := os.ReadFile(efiSystabPath)
+	WithoutEFI(params, ParseEFISystab(string(systab)))
 	// The 64-bit entry takes boot_params anywhere below 4 GiB.
 	bpRange, err := kmem.AddPhysSegment(params, kexec.RangeFromInterval(4096, 1<<32-1))
 	if err != nil {

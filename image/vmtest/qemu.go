@@ -52,6 +52,10 @@ type Options struct {
 	RTCBase string
 	// Log receives the console as it arrives (nil: kept only in memory).
 	Log io.Writer
+	// UEFICode and UEFIVars, when set, boot through UEFI firmware (OVMF:
+	// its code read-only, a writable copy of its variable store) from
+	// the disk's EFI system partition instead of Kernel/Initrd/Append.
+	UEFICode, UEFIVars string
 }
 
 // VM is a running QEMU.
@@ -76,7 +80,6 @@ func Args(opt Options) []string {
 		// (SQLite, TLS) wait with it.
 		"-M", "q35,cxl=on,cxl-fmw.0.targets.0=cxl.1,cxl-fmw.0.size=4G", "-accel", "tcg", "-cpu", "qemu64,+rdrand", "-smp", "2",
 		"-m", "4G,maxmem=8G,slots=8", "-display", "none", "-serial", "stdio", "-monitor", "none", "-no-reboot",
-		"-kernel", opt.Kernel, "-initrd", opt.Initrd, "-append", "console=ttyS0 panic=-1 " + opt.Append,
 		// Every PCI device sits on pcie.0 explicitly: QEMU would otherwise
 		// try the CXL host bridge, which takes only bridges.
 		"-drive", "file=" + opt.Disk + ",format=raw,if=none,id=d0", "-device", "virtio-blk-pci,drive=d0,bus=pcie.0",
@@ -91,6 +94,12 @@ func Args(opt Options) []string {
 		"-device", "cxl-rp,port=0,bus=cxl.1,id=root_port13,chassis=0,slot=2",
 		"-device", "cxl-rp,port=1,bus=cxl.1,id=root_port14,chassis=0,slot=3",
 		"-device", "cxl-type3,bus=root_port13,memdev=cxl-mem0,lsa=cxl-lsa0,id=cxl-pmem0,sn=0x1000",
+	}
+	if opt.UEFICode != "" {
+		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+opt.UEFICode,
+			"-drive", "if=pflash,format=raw,unit=1,file="+opt.UEFIVars)
+	} else {
+		args = append(args, "-kernel", opt.Kernel, "-initrd", opt.Initrd, "-append", "console=ttyS0 panic=-1 "+opt.Append)
 	}
 	if opt.DeviceAddr != "" {
 		host, port, _ := splitHostPort(opt.DeviceAddr)

@@ -1,0 +1,89 @@
+package build
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// The UEFI boot path: the loader stage as one EFI binary on the disk's
+// EFI system partition, so a board's firmware boots it with no boot
+// entries (the removable-media path \EFI\BOOT\BOOTX64.EFI).
+const (
+	// EFIStub is systemd's EFI stub (Debian's systemd-boot-efi): a PE
+	// program that boots the kernel, initramfs and command line held in
+	// its own .linux, .initrd and .cmdline sections (a unified kernel
+	// image).
+	EFIStub = "/usr/lib/systemd/boot/efi/linuxx64.efi.stub"
+	// LoaderEFI is the unified kernel image in the output directory.
+	LoaderEFI = "loader.efi"
+	// ESPBootPath is where UEFI firmware looks on removable media and
+	// disks without boot entries (UEFI 2.10 §3.5.1.1, x64).
+	ESPBootPath = "EFI/BOOT/BOOTX64.EFI"
+	// LoaderCmdline is the loader's kernel command line in the UKI: the
+	// serial console (what management boards wire up; the last console=
+	// is /dev/console), and a panic reboots at once instead of hanging.
+	LoaderCmdline = "console=tty0 console=ttyS0,115200 panic=-1"
+)
+
+// Section addresses of the UKI (systemd 252's stub: its own sections
+// end below 0x20000; the kernel goes at 32 MiB and the initramfs at 48
+// MiB, so a kernel up to 16 MiB fits; ukify computes these in later
+// systemd releases).
+var ukiSections = []struct{ name, vma string }{
+	{".osrel", "0x20000"},
+	{".cmdline", "0x30000"},
+	{".linux", "0x2000000"},
+	{".initrd", "0x3000000"},
+}
+
+// ukiMaxKernel is the room between .linux and .initrd.
+const ukiMaxKernel = 0x3000000 - 0x2000000
+
+// BuildUKI writes out, a unified kernel image of kernel (a bzImage with
+// its EFI stub), initrd and cmdline, with objcopy from binutils.
+func BuildUKI(ctx context.Context, cfg Config, work, kernel, initrd, cmdline, version, out string) error {
+	fi, err := os.Stat(kernel)
+	if err != nil {
+		return fmt.Errorf("build: uki: %w", err)
+	}
+	if fi.Size() > ukiMaxKernel {
+		return fmt.Errorf("build: uki: kernel %s is %d bytes, over the %d between .linux and .initrd", kernel, fi.Size(), ukiMaxKernel)
+	}
+	if err := os.MkdirAll(work, 0o755); err != nil {
+		return fmt.Errorf("build: uki: %w", err)
+	}
+	osrel := filepath.Join(work, "os-release")
+	if err := os.WriteFile(osrel, []byte(fmt.Sprintf("ID=cxlpool\nNAME=\"cxlpool loader\"\nVERSION_ID=%q\n", version)), 0o644); err != nil {
+		return fmt.Errorf("build: uki: %w", err)
+	}
+	cl := filepath.Join(work, "cmdline")
+	if err := os.WriteFile(cl, []byte(cmdline+"\x00"), 0o644); err != nil {
+		return fmt.Errorf("build: uki: %w", err)
+	}
+	files := map[string]string{".osrel": osrel, ".cmdline": cl, ".linux": kernel, ".initrd": initrd}
+	var args []string
+	for _, s := range ukiSections {
+		args = append(args, "--add-section", s.name+"="+files[s.name], "--change-section-vma", s.name+"="+s.vma)
+	}
+	_ = os.Remove(out)
+	args = append(args, EFIStub, out)
+	return run(ctx, cfg, "", nil, "objcopy", args...)
+}
+
+// writeESP makes a FAT filesystem of size bytes at img holding efi as
+// \EFI\BOOT\BOOTX64.EFI (dosfstools' mkfs.vfat, mtools' mmd/mcopy: no
+// loop mount, no root). --invariant fixes the volume ID (1234-ABCD) and
+// the other varying fields so builds compare.
+func writeESP(ctx context.Context, cfg Config, img, efi string, size int64) error {
+	_ = os.Remove(img)
+	if err := run(ctx, cfg, "", nil, "mkfs.vfat", "-C", "-n", "CXLPOOL-ESP", "--invariant", img,
+		fmt.Sprint(size/1024)); err != nil {
+		return err
+	}
+	if err := run(ctx, cfg, "", nil, "mmd", "-i", img, "::/EFI", "::/EFI/BOOT"); err != nil {
+		return err
+	}
+	return run(ctx, cfg, "", nil, "mcopy", "-i", img, efi, "::/"+ESPBootPath)
+}

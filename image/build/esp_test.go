@@ -1,0 +1,73 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestUKIOnESP builds a unified kernel image from stand-in parts, puts it
+// on a FAT ESP, and reads both back with binutils and mtools: the stub's
+// sections carry the parts byte for byte, and the file is at the path
+// UEFI firmware boots without boot entries.
+func TestUKIOnESP(t *testing.T) {
+	for _, tool := range []string{"objcopy", "mkfs.vfat", "mcopy", "mmd"} {
+		if _, err := exec.LookPath(tool); err != nil {
+			t.Skipf("%s not installed", tool)
+		}
+	}
+	if _, err := os.Stat(EFIStub); err != nil {
+		t.Skipf("systemd-boot-efi not installed: %v", err)
+	}
+	dir := t.TempDir()
+	kernel, initrd := filepath.Join(dir, "vmlinuz"), filepath.Join(dir, "initrd")
+	parts := map[string][]byte{".linux": bytes.Repeat([]byte("K"), 70000), ".initrd": bytes.Repeat([]byte("I"), 50000)}
+	if err := os.WriteFile(kernel, parts[".linux"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(initrd, parts[".initrd"], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	parts[".cmdline"] = []byte(LoaderCmdline + "\x00")
+	ctx := context.Background()
+	cfg := Config{Stderr: os.Stderr}
+	efi := filepath.Join(dir, LoaderEFI)
+	if err := BuildUKI(ctx, cfg, filepath.Join(dir, "work"), kernel, initrd, LoaderCmdline, "v1", efi); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range parts {
+		out := filepath.Join(dir, "section"+name)
+		if b, err := exec.Command("objcopy", "-O", "binary", "--only-section="+name, efi, out).CombinedOutput(); err != nil {
+			t.Fatalf("objcopy %s: %v: %s", name, err, b)
+		}
+		got, err := os.ReadFile(out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// PE sections are padded to the file alignment.
+		if !bytes.HasPrefix(got, want) || len(bytes.Trim(got[len(want):], "\x00")) != 0 {
+			t.Errorf("section %s: got %d bytes, want %d bytes of the part (then zeros)", name, len(got), len(want))
+		}
+	}
+
+	img := filepath.Join(dir, "esp.fat")
+	if err := writeESP(ctx, cfg, img, efi, 32<<20); err != nil {
+		t.Fatal(err)
+	}
+	back := filepath.Join(dir, "back.efi")
+	if b, err := exec.Command("mcopy", "-i", img, "::/"+ESPBootPath, back).CombinedOutput(); err != nil {
+		t.Fatalf("mcopy from the ESP: %v: %s", err, b)
+	}
+	got, _ := os.ReadFile(back)
+	want, _ := os.ReadFile(efi)
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s on the ESP: got %d bytes, want the %d of %s", ESPBootPath, len(got), len(want), efi)
+	}
+	if b, err := exec.Command("file", "-b", back).Output(); err == nil && !strings.Contains(string(b), "EFI application") {
+		t.Errorf("file says %q, want a PE EFI application", b)
+	}
+}
