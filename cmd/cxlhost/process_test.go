@@ -214,7 +214,7 @@ func TestEndToEndProcesses(t *testing.T) {
 	h0, h1 := filepath.Join(dir, "h0.sock"), filepath.Join(dir, "h1.sock")
 	daemon(t, []string{"CXLPOOL_ADMIN_PASSWORD=" + adminPass}, "Redfish API at", filepath.Join(bin, "cxlpoold"),
 		"--device", "sim", "--data", filepath.Join(dir, "var"), "--listen", addr, "--http", "--sim-workload", "none",
-		"--external-host", "0=unix:"+h0+",1=unix:"+h1, "--log-level", "warn")
+		"--external-host", "0=unix:"+h0+",1=unix:"+h1, "--fleet-client-listen", "127.0.0.1:0", "--log-level", "warn")
 	box := "http://" + addr
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
