@@ -652,7 +652,9 @@ func (e *env) newerRelease(t *testing.T, version string, sv uint64) []byte {
 		t.Fatal(err)
 	}
 	bin := filepath.Join(dir, "cxlpoold")
-	cmd := exec.CommandContext(e.ctx, "go", "build", "-trimpath", "-ldflags", "-s -w -X main.version="+version, "-o", bin, "./cmd/cxlpoold")
+	// The boxinit tag: the image's uinit is this binary (cxlpoold boxinit).
+	cmd := exec.CommandContext(e.ctx, "go", "build", "-trimpath", "-tags", "netgo,osusergo,boxinit",
+		"-ldflags", "-s -w -X main.version="+version, "-o", bin, "./cmd/cxlpoold")
 	cmd.Dir = repoRoot(t)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
