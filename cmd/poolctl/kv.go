@@ -180,8 +180,9 @@ func (a *app) printKV(n kvNamespace, verb string) error {
 	if verb != "" {
 		fmt.Fprintf(a.stdout, "%s namespace %s.\n", verb, o.Name)
 	}
-	fmt.Fprintf(a.stdout, "namespace: %s\nhosts:     %s\nchunks:    %s (%s of quota %s, %s each)\nused:      %s in %d blocks, %d evictions, %d sessions\n",
-		o.Name, strings.Join(o.Hosts, ", "), orDash(strings.Join(o.Chunks, ", ")), size(o.CapacityBytes), size(o.QuotaBytes),
+	// The count first: the chunk ids alone ("2") read as a count.
+	fmt.Fprintf(a.stdout, "namespace: %s\nhosts:     %s\nchunks:    %d (ids %s; %s of quota %s, %s each)\nused:      %s in %d blocks, %d evictions, %d sessions\n",
+		o.Name, strings.Join(o.Hosts, ", "), len(o.Chunks), orDash(strings.Join(o.Chunks, ", ")), size(o.CapacityBytes), size(o.QuotaBytes),
 		size(o.ChunkBytes), size(o.UsedBytes), o.Blocks, o.Evictions, o.Sessions)
 	for i, t := range o.Tags {
 		fmt.Fprintf(a.stdout, "tag:       %s (chunk %s)\n", t, o.Chunks[i])
