@@ -391,9 +391,15 @@ func (s *Server) deleteConnection(c echo.Context) error {
 	if err != nil {
 		return FromDomain(err, target)
 	}
+	return s.releaseTask(c, g, target, "Release")
+}
+
+// releaseTask answers 202 with a task that ends when g's release does:
+// 204 once released (or lost), an error naming the state it ended in.
+func (s *Server) releaseTask(c echo.Context, g dcd.Grant, target redfish.Target, verb string) error {
 	host := g.Host
 	t := s.StartTask(c, redfish.TaskOptions{
-		Name:   fmt.Sprintf("Release memory chunk %d from %s", g.Chunk, SystemID(g.Host)),
+		Name:   fmt.Sprintf("%s memory chunk %d from %s", verb, g.Chunk, SystemID(g.Host)),
 		Host:   hostRef(host),
 		Target: target,
 	}, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {

@@ -185,23 +185,7 @@ func (s *Server) postForceRelease(c echo.Context) error {
 		return FromDomain(err, target)
 	}
 	s.capacity.invalidate()
-	host := g.Host
-	t := s.StartTask(c, redfish.TaskOptions{
-		Name:   fmt.Sprintf("Force the release of memory chunk %d from %s", g.Chunk, SystemID(g.Host)),
-		Host:   hostRef(host),
-		Target: target,
-	}, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
-		ng, err := s.awaitRelease(ctx, g.ID)
-		s.capacity.invalidate()
-		if err != nil {
-			return redfish.TaskResult{}, err
-		}
-		if ng.State != dcd.GrantReleased && ng.State != dcd.GrantLost {
-			return redfish.TaskResult{}, fmt.Errorf("grant %d ended %s: %w", g.ID, ng.State, dcd.ErrDevice)
-		}
-		return redfish.TaskResult{Status: http.StatusNoContent}, nil
-	})
-	return s.Accepted(c, t)
+	return s.releaseTask(c, g, target, "Force the release of")
 }
 
 type shareRequest struct {
