@@ -1,0 +1,98 @@
+package api
+
+import (
+	"cxlpool/api/internal/pool"
+	"cxlpool/api/redfish"
+	"cxlpool/dcd"
+)
+
+// The URIs of the model's resources and the domain errors' mapping live in
+// api/internal/pool, which every resource package imports; they are named
+// here too for the service's clients (appliance, cmd, webui, tests).
+const (
+	ChassisURI           = pool.ChassisURI
+	DCDURI               = pool.DCDURI
+	MemoryDomainURI      = pool.MemoryDomainURI
+	FabricURI            = pool.FabricURI
+	SystemsURI           = pool.SystemsURI
+	ChassisCollectionURI = pool.ChassisCollectionURI
+	PCIeDevicesURI       = pool.PCIeDevicesURI
+	LogicalDevicesURI    = pool.LogicalDevicesURI
+	MemoryDomainsURI     = pool.MemoryDomainsURI
+	ChunksURI            = pool.ChunksURI
+	FabricAdaptersURI    = pool.FabricAdaptersURI
+	FabricAdapterURI     = pool.FabricAdapterURI
+	PortsURI             = pool.PortsURI
+	FabricsURI           = pool.FabricsURI
+	EndpointsURI         = pool.EndpointsURI
+	ZonesURI             = pool.ZonesURI
+	ConnectionsURI       = pool.ConnectionsURI
+	UpdateServiceURI     = pool.UpdateServiceURI
+	FirmwareInventoryURI = pool.FirmwareInventoryURI
+)
+
+// ChunkURI is pool.ChunkURI.
+func ChunkURI(id dcd.ChunkID) string { return pool.ChunkURI(id) }
+
+// ConnectionURI is pool.ConnectionURI.
+func ConnectionURI(id dcd.GrantID) string { return pool.ConnectionURI(id) }
+
+// SystemURI is pool.SystemURI.
+func SystemURI(h dcd.HostID) string { return pool.SystemURI(h) }
+
+// SystemMemoryURI is pool.SystemMemoryURI.
+func SystemMemoryURI(h dcd.HostID, c dcd.ChunkID) string { return pool.SystemMemoryURI(h, c) }
+
+// LogicalDeviceURI is pool.LogicalDeviceURI.
+func LogicalDeviceURI(h dcd.HostID) string { return pool.LogicalDeviceURI(h) }
+
+// MemoryRegionURI is pool.MemoryRegionURI.
+func MemoryRegionURI(h dcd.HostID, n int) string { return pool.MemoryRegionURI(h, n) }
+
+// InitiatorURI is pool.InitiatorURI.
+func InitiatorURI(h dcd.HostID) string { return pool.InitiatorURI(h) }
+
+// TargetURI is pool.TargetURI.
+func TargetURI(h dcd.HostID) string { return pool.TargetURI(h) }
+
+// ZoneURI is pool.ZoneURI.
+func ZoneURI(h dcd.HostID) string { return pool.ZoneURI(h) }
+
+// PortURI is pool.PortURI.
+func PortURI(port uint8) string { return pool.PortURI(port) }
+
+// SystemID is pool.SystemID.
+func SystemID(h dcd.HostID) string { return pool.SystemID(h) }
+
+// ParseSystemID is pool.ParseSystemID.
+func ParseSystemID(id string) (dcd.HostID, error) { return pool.ParseSystemID(id) }
+
+// FromDomain maps an error from the capacity domain (dcd), the board
+// (bmc) or the device link (fabric) to its Redfish error: pool.FromDomain,
+// the one place where domain sentinels meet HTTP.
+func FromDomain(err error, t redfish.Target) *redfish.Error { return pool.FromDomain(err, t) }
+
+// Forwarders for the resource files not yet moved into their packages.
+const (
+	managersURI        = pool.ManagersURI
+	managerURI         = pool.ManagerURI
+	targetPrefix       = pool.TargetPrefix
+	retryBusySeconds   = pool.RetryBusySeconds
+	retryDeviceSeconds = pool.RetryDeviceSeconds
+)
+
+type odataRef = pool.ODataRef
+
+func hostRef(h dcd.HostID) *redfish.HostID            { return pool.HostRef(h) }
+func mib(b uint64) uint64                             { return pool.MiB(b) }
+func status(state string) redfish.Obj                 { return pool.Status(state) }
+func parseID(s string) (int64, bool)                  { return pool.ParseID(s) }
+func refID(uri, collection string) (string, bool)     { return pool.RefID(uri, collection) }
+func serialString(n uint64) string                    { return pool.SerialString(n) }
+func errMissingAtURI(uri, prop string) *redfish.Error { return pool.ErrMissingAtURI(uri, prop) }
+func errPropertyValueIncorrect(prop, value string) *redfish.Error {
+	return pool.ErrPropertyValueIncorrect(prop, value)
+}
+func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
+	return pool.ErrQuota(h, quota, used, need)
+}
