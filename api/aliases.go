@@ -2,14 +2,21 @@ package api
 
 import (
 	"cxlpool/api/internal/pool"
+	"cxlpool/api/kvstore"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
+	"cxlpool/rdma"
 )
 
 // The URIs of the model's resources and the domain errors' mapping live in
 // api/internal/pool, which every resource package imports; they are named
 // here too for the service's clients (appliance, cmd, webui, tests).
 const (
+	RDMAFabricURI        = pool.RDMAFabricURI
+	RDMAEndpointsURI     = pool.RDMAEndpointsURI
+	RDMAConnectionsURI   = pool.RDMAConnectionsURI
+	PoolTargetID         = pool.PoolTargetID
+	PoolTargetURI        = pool.PoolTargetURI
 	ChassisURI           = pool.ChassisURI
 	DCDURI               = pool.DCDURI
 	MemoryDomainURI      = pool.MemoryDomainURI
@@ -66,6 +73,15 @@ func SystemID(h dcd.HostID) string { return pool.SystemID(h) }
 
 // ParseSystemID is pool.ParseSystemID.
 func ParseSystemID(id string) (dcd.HostID, error) { return pool.ParseSystemID(id) }
+
+// KVNamespacesURI is the KV namespaces' collection (kvstore).
+const KVNamespacesURI = kvstore.KVNamespacesURI
+
+// KVNamespaceURI is one KV namespace.
+func KVNamespaceURI(name string) string { return kvstore.KVNamespaceURI(name) }
+
+// ExportURI is pool.ExportURI.
+func ExportURI(id rdma.ExportID) string { return pool.ExportURI(id) }
 
 // FromDomain maps an error from the capacity domain (dcd), the board
 // (bmc) or the device link (fabric) to its Redfish error: pool.FromDomain,

@@ -61,4 +61,3 @@ func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 	s.addConsistencyAction(o, p)
 	return o
 }
-

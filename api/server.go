@@ -32,6 +32,8 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/internal/pool"
+	"cxlpool/api/kvstore"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
@@ -92,12 +94,12 @@ type Config struct {
 	// PushClient delivers events to subscribers (a client with a 10 s
 	// timeout).
 	PushClient *http.Client
-	// KV is the KV-cache store's namespaces (kvnamespaces.go). Nil: not
+	// KV is the KV-cache store's namespaces (kvstore/). Nil: not
 	// served.
 	KV *kv.Service
 	// KVEvents, if set, delivers the KV store's block events
 	// (appliance.SubscribeKVEvents); they go to the EventLog, SSE and
-	// push subscriptions (kvevents.go).
+	// push subscriptions (kvstore/kvevents.go).
 	KVEvents func(buf int) (<-chan kv.Event, func())
 	// Exports serves pool memory to remote racks: the Fabrics/RDMA
 	// resources (exports.go). Nil: no exports and no RDMA fabric.
@@ -228,8 +230,9 @@ type Server struct {
 	bundles  bundleState     // support bundle collection (supportbundle.go)
 	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
 
-	ctx context.Context // the Service's: ends at Close
-	bg  sync.WaitGroup  // the resources' background work
+	ctx  context.Context // the Service's: ends at Close
+	bg   sync.WaitGroup  // the resources' background work
+	deps pool.Deps       // what the resource packages share
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -250,6 +253,7 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
 		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
+	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
 	for _, register := range s.routes() {
 		register()
 	}
@@ -299,7 +303,7 @@ func (s *Server) routes() []func() {
 		s.certificateRoutes,
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
-		s.kvNamespaceRoutes,
+		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
+	"cxlpool/rdma"
 )
 
 // URIs of the capacity resources, shared by their handlers and by the
@@ -106,3 +107,17 @@ const (
 	ManagersURI = "/redfish/v1/Managers"
 	ManagerURI  = ManagersURI + "/FM"
 )
+
+// URIs of the RDMA fabric.
+const (
+	RDMAFabricURI      = "/redfish/v1/Fabrics/RDMA"
+	RDMAEndpointsURI   = RDMAFabricURI + "/Endpoints"
+	RDMAConnectionsURI = RDMAFabricURI + "/Connections"
+	// PoolTargetID is the Id of the fabric's one target endpoint, the
+	// box's export server; no remote client may take that name.
+	PoolTargetID  = "Pool"
+	PoolTargetURI = RDMAEndpointsURI + "/" + PoolTargetID
+)
+
+// ExportURI is the Connection of an export.
+func ExportURI(id rdma.ExportID) string { return RDMAConnectionsURI + "/" + string(id) }
