@@ -4,6 +4,7 @@ import (
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
 	"cxlpool/api/redfish"
+	"cxlpool/api/telemetry"
 	"cxlpool/dcd"
 	"cxlpool/rdma"
 )
@@ -73,6 +74,15 @@ func SystemID(h dcd.HostID) string { return pool.SystemID(h) }
 
 // ParseSystemID is pool.ParseSystemID.
 func ParseSystemID(id string) (dcd.HostID, error) { return pool.ParseSystemID(id) }
+
+// Telemetry is what the TelemetryService is a view of (api/telemetry).
+type Telemetry = telemetry.Telemetry
+
+// The TelemetryService's stream and its tickets (api/telemetry).
+const (
+	TelemetryStreamURI = telemetry.TelemetryStreamURI
+	TelemetryTicketURI = telemetry.TelemetryTicketURI
+)
 
 // KVNamespacesURI is the KV namespaces' collection (kvstore).
 const KVNamespacesURI = kvstore.KVNamespacesURI

@@ -522,3 +522,17 @@ func (v *poolView) fitsOneRegion(rr dcd.ReserveRequest) error {
 	return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.ResourceExhaustion", Args: []string{MemoryDomainURI}, Resolution: res}).
 		WithCause(dcd.ErrNoCapacity)
 }
+
+// activeGrants are the pool's active grants, for the TelemetryService's
+// links from a hot unit to the memory holding it (nil without a capacity
+// view).
+func (s *Server) activeGrants(ctx context.Context) ([]dcd.Grant, error) {
+	if s.capacity == nil {
+		return nil, nil
+	}
+	v, err := s.capacity.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.grants, nil
+}

@@ -35,6 +35,7 @@ import (
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
 	"cxlpool/api/redfish"
+	"cxlpool/api/telemetry"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
@@ -114,7 +115,7 @@ type Config struct {
 	// the identify LED and head power. Nil: none of them is served.
 	Board Board
 	// Telemetry is the CHMU pipeline behind the TelemetryService
-	// (telemetry.go). Nil: the service shows itself disabled.
+	// (api/telemetry). Nil: the service shows itself disabled.
 	Telemetry Telemetry
 	// Update is the box's A/B image slots (updatepush.go): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
@@ -298,7 +299,7 @@ func (s *Server) routes() []func() {
 		s.managerPatchRoutes,
 		s.managerResetRoutes,
 		s.consoleRoutes,
-		s.telemetryRoutes,
+		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants}).Routes,
 		s.networkRoutes,
 		s.certificateRoutes,
 		s.supportBundleRoutes,
