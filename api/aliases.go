@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cxlpool/api/board"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
 	"cxlpool/api/redfish"
@@ -74,6 +75,9 @@ func SystemID(h dcd.HostID) string { return pool.SystemID(h) }
 
 // ParseSystemID is pool.ParseSystemID.
 func ParseSystemID(id string) (dcd.HostID, error) { return pool.ParseSystemID(id) }
+
+// Board is what the service needs of board management (api/board).
+type Board = board.Board
 
 // Telemetry is what the TelemetryService is a view of (api/telemetry).
 type Telemetry = telemetry.Telemetry

@@ -111,7 +111,7 @@ type Config struct {
 	// ExportVerbs says the RDMA verbs transport serves the exports too:
 	// the fabric is then RoCEv2 rather than TCP.
 	ExportVerbs bool
-	// Board is board management (board.go): thermal, power, sensors,
+	// Board is board management (api/board, headpower.go): thermal, power, sensors,
 	// the identify LED and head power. Nil: none of them is served.
 	Board Board
 	// Telemetry is the CHMU pipeline behind the TelemetryService
