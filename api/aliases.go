@@ -4,6 +4,7 @@ import (
 	"cxlpool/api/board"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
+	"cxlpool/api/manager"
 	"cxlpool/api/redfish"
 	"cxlpool/api/telemetry"
 	"cxlpool/dcd"
@@ -79,6 +80,18 @@ func ParseSystemID(id string) (dcd.HostID, error) { return pool.ParseSystemID(id
 // Board is what the service needs of board management (api/board).
 type Board = board.Board
 
+// The management computer's network settings and interfaces
+// (api/manager).
+type (
+	NetworkConfig   = manager.NetworkConfig
+	NetworkSettings = manager.NetworkSettings
+	NetInterface    = manager.NetInterface
+)
+
+// SystemInterfaces lists the management computer's network interfaces
+// (manager.SystemInterfaces).
+func SystemInterfaces() ([]NetInterface, error) { return manager.SystemInterfaces() }
+
 // Telemetry is what the TelemetryService is a view of (api/telemetry).
 type Telemetry = telemetry.Telemetry
 
@@ -125,4 +138,10 @@ func errPropertyValueIncorrect(prop, value string) *redfish.Error {
 }
 func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
 	return pool.ErrQuota(h, quota, used, need)
+}
+
+// managerNetworkLinks adds the Manager's links to its network resources
+// (api/manager).
+func (s *Server) managerNetworkLinks(o redfish.Obj, p *redfish.Principal) {
+	s.network.NetworkLinks(o, p)
 }

@@ -34,6 +34,7 @@ import (
 
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
+	"cxlpool/api/manager"
 	"cxlpool/api/redfish"
 	"cxlpool/api/telemetry"
 	"cxlpool/dcd"
@@ -134,11 +135,11 @@ type Config struct {
 	// the management computer (localcxl.go). Nil: none are shown.
 	LocalCXL func() ([]linuxcxl.MemDev, error)
 	// Network is the box's own network and time settings
-	// (networkprotocol.go), given by the daemon on the image. Nil: the
+	// (api/manager), given by the daemon on the image. Nil: the
 	// host's operating system owns them and PATCH refuses changes.
 	Network NetworkConfig
 	// NetInterfaces lists the management computer's network interfaces
-	// (ethernet.go). Nil: SystemInterfaces.
+	// (api/manager). Nil: SystemInterfaces.
 	NetInterfaces func() ([]NetInterface, error)
 	// StartCheck waits for the daemon's consistency check after its first
 	// reconcile (consistency.go); violations become an event. Nil: none.
@@ -234,6 +235,8 @@ type Server struct {
 	ctx  context.Context // the Service's: ends at Close
 	bg   sync.WaitGroup  // the resources' background work
 	deps pool.Deps       // what the resource packages share
+	// network serves the Manager's network resources (api/manager).
+	network *manager.Server
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -255,6 +258,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
 		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
 	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
+	s.network = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -300,7 +304,7 @@ func (s *Server) routes() []func() {
 		s.managerResetRoutes,
 		s.consoleRoutes,
 		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants}).Routes,
-		s.networkRoutes,
+		s.network.Routes,
 		s.certificateRoutes,
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
