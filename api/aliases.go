@@ -1,6 +1,11 @@
 package api
 
 import (
+	"context"
+	"io"
+	"net"
+	"os"
+
 	"cxlpool/api/board"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
@@ -143,5 +148,38 @@ func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
 // managerNetworkLinks adds the Manager's links to its network resources
 // (api/manager).
 func (s *Server) managerNetworkLinks(o redfish.Obj, p *redfish.Principal) {
-	s.network.NetworkLinks(o, p)
+	s.mc.NetworkLinks(o, p)
+}
+
+// Serve serves the API on addr until ctx ends, then shuts down gracefully
+// (in-flight requests finish, event streams end). It serves TLS with the
+// certificate in DataDir/tls, generating a self-signed ECDSA one on first
+// start, unless plainHTTP is set (development and tests). The listener is
+// the management computer's (api/manager's tls.go).
+func (s *Server) Serve(ctx context.Context, addr string, plainHTTP bool) error {
+	return s.mc.Serve(ctx, addr, plainHTTP)
+}
+
+// ServeListener is Serve on a listener it takes over (and closes). The
+// connections it accepts are held to Config.Transport (redfish/limits.go).
+func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP bool) error {
+	return s.mc.ServeListener(ctx, ln, plainHTTP)
+}
+
+// CertPath is the served certificate's file (DataDir/tls/cert.pem).
+func (s *Server) CertPath() string { return s.mc.CertPath() }
+
+// What the support bundle reads of the certificates (api/manager).
+const (
+	certificateServiceURI = manager.CertificateServiceURI
+	certFile              = manager.CertFile
+)
+
+func (s *Server) tlsPath(name string) string { return s.mc.TLSPath(name) }
+func colonHex(b []byte) string               { return manager.ColonHex(b) }
+func actionErr(key string, args ...any) *redfish.Error {
+	return manager.ActionError(key, args...)
+}
+func writeFileAtomicFunc(path string, perm os.FileMode, write func(io.Writer) error) error {
+	return manager.WriteFileAtomic(path, perm, write)
 }

@@ -228,15 +228,15 @@ type Server struct {
 	mgr      *dcd.Manager
 	capacity *capacity       // the pool resources' shared state (capacity.go)
 	owners   chunkOwnerTable // who reserved which chunk (chunkowners.go)
-	certs    certState       // the served TLS certificate (certificates.go)
 	bundles  bundleState     // support bundle collection (supportbundle.go)
 	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
 
 	ctx  context.Context // the Service's: ends at Close
 	bg   sync.WaitGroup  // the resources' background work
 	deps pool.Deps       // what the resource packages share
-	// network serves the Manager's network resources (api/manager).
-	network *manager.Server
+	// mc serves the management computer's network, certificates and TLS
+	// listener (api/manager).
+	mc *manager.Server
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -258,7 +258,8 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
 		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
 	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
-	s.network = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces})
+	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
+		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -304,8 +305,7 @@ func (s *Server) routes() []func() {
 		s.managerResetRoutes,
 		s.consoleRoutes,
 		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants}).Routes,
-		s.network.Routes,
-		s.certificateRoutes,
+		s.mc.Routes, // network, certificates
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
 		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
