@@ -1,23 +1,3 @@
-// Package api is cxlpool's management API: the pool's Redfish resources,
-// served on the protocol core of package redfish (routes and privileges,
-// errors, decoding, queries, ETags, sessions and accounts, tasks, events,
-// transport limits).
-//
-// Server embeds the redfish.Service and adds the resources, each in its
-// own file, registering its routes with Handle from a function listed in
-// Server.routes:
-//
-//	func (s *Server) chunkRoutes() {
-//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", redfish.PrivLogin, s.getChunk)
-//		s.Handle(http.MethodDelete, MemoryDomainURI+"/MemoryChunks/:id",
-//			redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
-//	}
-//
-// The capacity domain's errors become Redfish errors in FromDomain
-// (domainerrors.go), the Manager's changes become events in poolevents.go,
-// and the pool's hosts become the protocol's hosts with hostRef (uris.go).
-// The TLS listener and its certificates (tls.go, certificates.go) are
-// here too, for now.
 package api
 
 import (
