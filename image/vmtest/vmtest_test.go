@@ -431,15 +431,16 @@ func (e *env) resign(t *testing.T, version string, sv uint64) []byte {
 	return e.sign(t, version, sv, filepath.Join(e.img, update.PartInitramfs))
 }
 
-// sign makes a bundle of the built kernel and the given initramfs.
-func (e *env) sign(t *testing.T, version string, sv uint64, initramfs string) []byte {
+// sign makes a bundle of the built kernel and the given initramfs, and
+// any extra parts.
+func (e *env) sign(t *testing.T, version string, sv uint64, initramfs string, extra ...manifest.BundlePart) []byte {
 	t.Helper()
 	priv, _, err := manifest.LoadOrCreateSigningKey(os.Getenv("IMAGE_SIGNING_KEY"), filepath.Join(repoRoot(t), "image", ".keys", "dev-signing.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := []manifest.BundlePart{{Name: update.PartKernel, Path: filepath.Join(e.img, update.PartKernel)},
-		{Name: update.PartInitramfs, Path: initramfs}}
+	files := append([]manifest.BundlePart{{Name: update.PartKernel, Path: filepath.Join(e.img, update.PartKernel)},
+		{Name: update.PartInitramfs, Path: initramfs}}, extra...)
 	m := &manifest.Manifest{Product: "cxlpool", Version: version, SecurityVersion: sv, Created: time.Now().UTC().Truncate(time.Second)}
 	for _, f := range files {
 		p, err := manifest.HashFile(f.Name, f.Path)
