@@ -109,9 +109,9 @@ type Result struct {
 	KeySource manifest.KeySource
 	// Paths of the artefacts.
 	Vmlinux, KernelGz, Initramfs, Bundle, Disk, DiskManifest, PublicKey string
-	// SignedKernel is the distribution's signed bzImage that goes into
-	// the bundle as update.PartSignedKernel.
-	SignedKernel string
+	// SignedKernel is the signed bzImage that goes into the bundle as
+	// update.PartSignedKernel, signed as SignedKernelBy says.
+	SignedKernel, SignedKernelBy string
 	// Sizes in bytes.
 	CPIOSize, InitramfsSize, VmlinuxSize, KernelGzSize, BundleSize, DiskSize int64
 	Modules                                                                  []string
@@ -266,10 +266,18 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	// Manifest and bundle.
 	m := &manifest.Manifest{Product: "cxlpool", Version: cfg.Version, SecurityVersion: cfg.SecurityVersion,
 		Created: time.Now().UTC().Truncate(time.Second), Kernel: kver, Go: runtime.Version(), URoot: URootVersion}
-	// The same kernel as Debian signed it, for kexec_file_load where the
-	// loader's kernel is locked down (Secure Boot): Debian's kernel trusts
-	// Debian's signature with its built-in key.
-	res.SignedKernel = filepath.Join("/boot", "vmlinuz-"+kver)
+	// The same kernel as a signed PE bzImage, for kexec_file_load where
+	// the loader's kernel is locked down (Secure Boot): signed with the
+	// UKI's key (SignKernel says why); without one, as Debian signed it
+	// (trusted where the board boots through shim with Debian's vendor
+	// certificate).
+	res.SignedKernel, res.SignedKernelBy = filepath.Join("/boot", "vmlinuz-"+kver), "Debian's signature (trusted through shim)"
+	if sb.Key != "" {
+		res.SignedKernel, res.SignedKernelBy = filepath.Join(work, update.PartSignedKernel), sb.Cert
+		if err := SignKernel(ctx, cfg, filepath.Join(work, "sign"), sb, filepath.Join("/boot", "vmlinuz-"+kver), res.SignedKernel); err != nil {
+			return nil, err
+		}
+	}
 	files := []manifest.BundlePart{{Name: update.PartKernel, Path: res.KernelGz}, {Name: update.PartInitramfs, Path: res.Initramfs},
 		{Name: update.PartSignedKernel, Path: res.SignedKernel}}
 	for _, f := range files {
@@ -807,7 +815,7 @@ func Report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  signed by %s (key id %s); public key %s\n", src, r.Manifest.KeyID, r.PublicKey)
 	fmt.Fprintf(w, "  initramfs  %s (cpio %s, zstd %s: %s the 16 MiB goal), %d modules\n", r.Initramfs, mb(r.CPIOSize), mb(r.InitramfsSize), verdict, len(r.Modules))
 	fmt.Fprintf(w, "  kernel     %s (%s; gzip %s in the bundle)\n", r.Vmlinux, mb(r.VmlinuxSize), mb(r.KernelGzSize))
-	fmt.Fprintf(w, "  signed     %s in the bundle as %s (for kexec_file_load under Secure Boot)\n", r.SignedKernel, update.PartSignedKernel)
+	fmt.Fprintf(w, "  signed     %s in the bundle as %s (for kexec_file_load under Secure Boot), signed with %s\n", r.SignedKernel, update.PartSignedKernel, r.SignedKernelBy)
 	fmt.Fprintf(w, "  bundle     %s (%s): the update image\n", r.Bundle, mb(r.BundleSize))
 	fmt.Fprintf(w, "  disk       %s (%s, sparse): slot A installed; signed manifest %s\n", r.Disk, mb(r.DiskSize), r.DiskManifest)
 	if l := r.Loader; l != nil {

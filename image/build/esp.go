@@ -78,6 +78,32 @@ func SignEFI(ctx context.Context, cfg Config, work string, k SecureBootKey, in, 
 	return run(ctx, cfg, "", nil, "sbsign", "--key", key, "--cert", k.Cert, "--output", out, in)
 }
 
+// SignKernel writes out, the PE bzImage in with its signatures replaced
+// by one of k's. The loader's kernel checks a kexec_file_load kernel
+// against its built-in keys, the firmware's db and MOK; Debian's kernel
+// builds in only its ephemeral module key, and Debian's own signature is
+// trusted there only through shim's vendor certificate. So the slot's
+// kernel is signed with the key that signs the UKI, which the boards
+// that boot the UKI trust in db. One signature, not two: the kernel's
+// PE parser takes the certificate table's only entry.
+func SignKernel(ctx context.Context, cfg Config, work string, k SecureBootKey, in, out string) error {
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return fmt.Errorf("build: sign kernel: %w", err)
+	}
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return fmt.Errorf("build: sign kernel: %w", err)
+	}
+	bare := filepath.Join(work, "vmlinuz-unsigned.efi")
+	if err := os.WriteFile(bare, b, 0o644); err != nil {
+		return fmt.Errorf("build: sign kernel: %w", err)
+	}
+	// sbattach --remove refuses an image without a signature: a kernel
+	// that came unsigned is signed as it is.
+	_ = run(ctx, cfg, "", nil, "sbattach", "--remove", bare)
+	return SignEFI(ctx, cfg, work, k, bare, out)
+}
+
 // Section addresses of the UKI (systemd 252's stub: its own sections
 // end below 0x20000; the kernel goes at 32 MiB and the initramfs at 48
 // MiB, so a kernel up to 16 MiB fits; ukify computes these in later

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -135,5 +136,26 @@ func TestSignEFI(t *testing.T) {
 				t.Errorf("the decrypted key stayed in %s", work)
 			}
 		})
+	}
+	// The slot kernel: an already signed PE re-signed with the vendor key
+	// carries that one signature only (the kernel's PE parser reads the
+	// certificate table's only entry).
+	devSigned := filepath.Join(dir, "development-key.efi")
+	resigned := filepath.Join(dir, "resigned.efi")
+	if err := SignKernel(ctx, cfg, filepath.Join(dir, "sign-kernel"), vendor, devSigned, resigned); err != nil {
+		t.Fatal(err)
+	}
+	if err := verify(resigned, vendor.Cert); err != nil {
+		t.Errorf("re-signed kernel: sbverify --cert vendor: %v, want the signature to verify", err)
+	}
+	if err := verify(resigned, dev.Cert); err == nil {
+		t.Errorf("re-signed kernel: still verifies against the development key, want its signature gone")
+	}
+	list, err := exec.Command("sbverify", "--list", resigned).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(regexp.MustCompile(`(?m)^signature [0-9]+$`).FindAll(list, -1)); n != 1 {
+		t.Errorf("re-signed kernel: sbverify --list shows %d signatures, want 1:\n%s", n, list)
 	}
 }
