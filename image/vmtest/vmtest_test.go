@@ -246,22 +246,38 @@ func (c *client) must(method, path string, body any, want ...int) (map[string]an
 func (e *env) waitAPI(vm *VM) time.Duration {
 	e.t.Helper()
 	c := e.client("")
-	c.http.Timeout = time.Second // an attempt held by QEMU ends before QEMU retries it
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	up := make(chan time.Duration, 1)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(3 * time.Minute)
+	// At most a few probes at once: on a loaded machine the guest's TLS
+	// handshakes take seconds, and a probe every 50 ms would keep it
+	// busy answering probes. An attempt ends after a second (one QEMU
+	// holds before the guest listens must end before QEMU retries it);
+	// a guest still not answering after a minute is slow, and gets ten.
+	inflight := make(chan struct{}, 4)
 	for {
-		go func() {
-			if st, _, _, err := c.doContext(ctx, http.MethodGet, serviceRoot, nil); err == nil && st == http.StatusOK {
-				select {
-				case up <- time.Since(vm.Started):
-				default:
-				}
+		select {
+		case inflight <- struct{}{}:
+			timeout := time.Second
+			if time.Since(vm.Started) > time.Minute {
+				timeout = 10 * time.Second
 			}
-		}()
+			go func() {
+				defer func() { <-inflight }()
+				actx, acancel := context.WithTimeout(ctx, timeout)
+				defer acancel()
+				if st, _, _, err := c.doContext(actx, http.MethodGet, serviceRoot, nil); err == nil && st == http.StatusOK {
+					select {
+					case up <- time.Since(vm.Started):
+					default:
+					}
+				}
+			}()
+		default:
+		}
 		select {
 		case d := <-up:
 			return d
