@@ -122,28 +122,18 @@ func FromDomain(err error, t redfish.Target) *redfish.Error { return pool.FromDo
 
 // Forwarders for the resource files not yet moved into their packages.
 const (
-	managersURI        = pool.ManagersURI
-	managerURI         = pool.ManagerURI
-	targetPrefix       = pool.TargetPrefix
-	retryBusySeconds   = pool.RetryBusySeconds
-	retryDeviceSeconds = pool.RetryDeviceSeconds
+	managersURI      = pool.ManagersURI
+	managerURI       = pool.ManagerURI
+	retryBusySeconds = pool.RetryBusySeconds
 )
 
 type odataRef = pool.ODataRef
 
 func hostRef(h dcd.HostID) *redfish.HostID            { return pool.HostRef(h) }
-func mib(b uint64) uint64                             { return pool.MiB(b) }
 func status(state string) redfish.Obj                 { return pool.Status(state) }
-func parseID(s string) (int64, bool)                  { return pool.ParseID(s) }
 func refID(uri, collection string) (string, bool)     { return pool.RefID(uri, collection) }
 func serialString(n uint64) string                    { return pool.SerialString(n) }
 func errMissingAtURI(uri, prop string) *redfish.Error { return pool.ErrMissingAtURI(uri, prop) }
-func errPropertyValueIncorrect(prop, value string) *redfish.Error {
-	return pool.ErrPropertyValueIncorrect(prop, value)
-}
-func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
-	return pool.ErrQuota(h, quota, used, need)
-}
 
 // managerNetworkLinks adds the Manager's links to its network resources
 // (api/manager).

@@ -59,15 +59,6 @@ func (s *Server) consistencyRoutes() {
 	}()
 }
 
-// exportView is the export service as the checker sees it; a nil
-// *rdma.Service must stay a nil interface.
-func (s *Server) exportView() dcd.ExportView {
-	if s.cfg.Exports == nil {
-		return nil
-	}
-	return s.cfg.Exports
-}
-
 func (s *Server) checkConsistency(c echo.Context) error {
 	if c.Request().ContentLength != 0 {
 		var none struct{}
@@ -77,7 +68,7 @@ func (s *Server) checkConsistency(c echo.Context) error {
 	}
 	ctx, cancel := context.WithTimeout(c.Request().Context(), consistencyTimeout)
 	defer cancel()
-	rep, err := s.mgr.CheckInvariants(ctx, s.exportView())
+	rep, err := s.mgr.CheckInvariants(ctx, s.pool.ExportView())
 	switch {
 	case errors.Is(err, dcd.ErrConflict), errors.Is(err, context.DeadlineExceeded) && c.Request().Context().Err() == nil:
 		e := redfish.ErrServiceUnavailable(retryBusySeconds).WithCause(err)

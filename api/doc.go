@@ -14,20 +14,20 @@
 //	/redfish/v1/Oem/CxlPool/KVNamespaces/...              api/kvstore
 //	/redfish/v1/Chassis/Pool/{ThermalSubsystem,PowerSubsystem,Sensors}/...
 //	                                                      api/board
+//	/redfish/v1/Chassis, Chassis/Pool (its LED), PCIeDevices,
+//	CXLLogicalDevices, MemoryRegions, FabricAdapters, MemoryDomains,
+//	MemoryChunks, Fabrics/CXL (Endpoints, Zones, Connections),
+//	Fabrics/RDMA (the exports), Systems (their memory, patch, host
+//	reports, shares and head power Reset)                  api/capacity
 //	/redfish/v1/Managers/FM/{NetworkProtocol,EthernetInterfaces}/...,
 //	/redfish/v1/CertificateService/..., the TLS listener  api/manager
 //	everything else (still here):
-//	  /redfish/v1/Chassis, Chassis/Pool (its LED: headpower.go), PCIeDevices,
-//	  CXLLogicalDevices, MemoryRegions, FabricAdapters, MemoryDomains,
-//	  MemoryChunks (with stranded.go, defaultquota.go, chunkowners.go),
-//	  Fabrics/CXL (endpoints, zones, connections), Fabrics/RDMA (exports.go),
-//	  Systems (systems.go, systempatch.go, systemmemory.go, hostreports.go,
-//	  the head power Reset: headpower.go), Managers/FM itself (managers.go,
-//	  managerpatch.go, managerreset.go, consistency.go), its LogServices
-//	  (logs.go) and support bundle (supportbundle.go), UpdateService
-//	  (updateservice.go, updatepush.go), AccountService (accounts.go), the
-//	  service root, registries and JSON schemas (serviceroot.go,
-//	  schemas.go) and the web console (console.go).
+//	  Managers/FM itself (managers.go, managerpatch.go, managerreset.go,
+//	  consistency.go), its LogServices (logs.go) and support bundle
+//	  (supportbundle.go), UpdateService (updateservice.go,
+//	  updatepush.go), AccountService (accounts.go), the service root,
+//	  registries and JSON schemas (serviceroot.go, schemas.go) and the
+//	  web console (console.go).
 //
 // Shared by the resource packages and not CXL-free, hence not in redfish,
 // is api/internal/pool: the model's URIs (uris.go), the one mapping of the
@@ -41,12 +41,7 @@
 // A resource still here registers its routes with Handle from a function
 // listed in Server.routes:
 //
-//	func (s *Server) chunkRoutes() {
-//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", redfish.PrivLogin, s.getChunk)
-//		s.Handle(http.MethodDelete, MemoryDomainURI+"/MemoryChunks/:id",
-//			redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
+//	func (s *Server) accountRoutes() {
+//		s.Handle(http.MethodPatch, redfish.AccountServiceURI, redfish.PrivConfigureUsers, s.patchAccountService)
 //	}
-//
-// The Manager's changes become events in poolevents.go, and the pool's
-// hosts become the protocol's hosts with pool.HostRef.
 package api

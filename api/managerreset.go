@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 )
 
@@ -35,7 +36,7 @@ func (s *Server) managerResetRoutes() {
 }
 
 func (s *Server) resetManager(c echo.Context) error {
-	var req resetRequest
+	var req pool.ResetRequest
 	if err := s.Decode(c, &req); err != nil {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/capacity"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
 	"cxlpool/api/manager"
@@ -84,7 +85,7 @@ type Config struct {
 	// push subscriptions (kvstore/kvevents.go).
 	KVEvents func(buf int) (<-chan kv.Event, func())
 	// Exports serves pool memory to remote racks: the Fabrics/RDMA
-	// resources (exports.go). Nil: no exports and no RDMA fabric.
+	// resources (api/capacity). Nil: no exports and no RDMA fabric.
 	Exports *rdma.Service
 	// ExportAddr is the export server's address, shown to clients (nil:
 	// no export server listens).
@@ -92,7 +93,7 @@ type Config struct {
 	// ExportVerbs says the RDMA verbs transport serves the exports too:
 	// the fabric is then RoCEv2 rather than TCP.
 	ExportVerbs bool
-	// Board is board management (api/board, headpower.go): thermal, power, sensors,
+	// Board is board management (api/board; its LED and head power: api/capacity): thermal, power, sensors,
 	// the identify LED and head power. Nil: none of them is served.
 	Board Board
 	// Telemetry is the CHMU pipeline behind the TelemetryService
@@ -112,7 +113,7 @@ type Config struct {
 	// MaxImageBytes bounds a pushed image (512 MiB).
 	MaxImageBytes int64
 	// LocalCXL lists the CXL memory devices the Linux driver bound on
-	// the management computer (localcxl.go). Nil: none are shown.
+	// the management computer (api/capacity). Nil: none are shown.
 	LocalCXL func() ([]linuxcxl.MemDev, error)
 	// Network is the box's own network and time settings
 	// (api/manager), given by the daemon on the image. Nil: the
@@ -131,7 +132,7 @@ type Config struct {
 	// (the fleet plane forwards them); it must not block.
 	OnEvent func(redfish.Event)
 	// HostReports and Shares are the host agents' reports and the share
-	// allowances (hostreports.go). Nil: a store of the API's own, and
+	// allowances (api/capacity). Nil: a store of the API's own, and
 	// DataDir/shares.json.
 	HostReports *report.Store
 	Shares      *share.Policy
@@ -206,10 +207,8 @@ type Server struct {
 	cfg      Config
 	log      *slog.Logger
 	mgr      *dcd.Manager
-	capacity *capacity       // the pool resources' shared state (capacity.go)
-	owners   chunkOwnerTable // who reserved which chunk (chunkowners.go)
-	bundles  bundleState     // support bundle collection (supportbundle.go)
-	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
+	bundles  bundleState // support bundle collection (supportbundle.go)
+	updating atomic.Bool // a pushed image is being applied (updatepush.go)
 
 	ctx  context.Context // the Service's: ends at Close
 	bg   sync.WaitGroup  // the resources' background work
@@ -217,6 +216,8 @@ type Server struct {
 	// mc serves the management computer's network, certificates and TLS
 	// listener (api/manager).
 	mc *manager.Server
+	// pool serves the capacity resources and their fabric (api/capacity).
+	pool *capacity.Server
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -235,11 +236,13 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
-		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
+	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context()}
 	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
 	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
 		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport})
+	s.pool = capacity.New(s.deps, capacity.Config{Device: cfg.Device, DataDir: cfg.DataDir,
+		Exports: cfg.Exports, ExportAddr: cfg.ExportAddr, ExportVerbs: cfg.ExportVerbs, Board: cfg.Board,
+		LocalCXL: cfg.LocalCXL, HostReports: cfg.HostReports, Shares: cfg.Shares})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -247,7 +250,7 @@ func New(cfg Config) (*Server, error) {
 		svc.Close()
 		return nil, err
 	}
-	s.startFeeders()
+	s.pool.StartFeeders()
 	return s, nil
 }
 
@@ -260,31 +263,13 @@ func (s *Server) routes() []func() {
 		s.accountRoutes,
 		s.managerRoutes,
 		s.logRoutes,
-		s.capacitySetup,
-		s.chassisRoutes,
-		s.pcieDeviceRoutes,
-		s.localCXLRoutes,
-		s.logicalDeviceRoutes,
-		s.memoryRegionRoutes,
-		s.fabricAdapterRoutes,
-		s.memoryDomainRoutes,
-		s.defaultQuotaRoutes,
-		s.memoryChunkRoutes,
-		s.fabricRoutes,
-		s.endpointRoutes,
-		s.zoneRoutes,
-		s.connectionRoutes,
-		s.exportRoutes,
-		s.systemRoutes,
-		s.systemPatchRoutes,
-		s.systemMemoryRoutes,
-		s.boardRoutes,
+		s.pool.Routes, // the pool, its fabric, the Systems, the board
 		s.updateServiceRoutes,
 		s.updatePushRoutes,
 		s.managerPatchRoutes,
 		s.managerResetRoutes,
 		s.consoleRoutes,
-		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants}).Routes,
+		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.pool.ActiveGrants}).Routes,
 		s.mc.Routes, // network, certificates
 		s.supportBundleRoutes,
 		s.consistencyRoutes,

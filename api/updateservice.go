@@ -17,7 +17,7 @@ import (
 // image slots; elsewhere nothing is advertised that would not work.
 
 func (s *Server) updateServiceRoutes() {
-	if s.capacity == nil {
+	if !s.pool.Serving() {
 		return
 	}
 	s.Handle(http.MethodGet, UpdateServiceURI, redfish.PrivLogin, func(c echo.Context) error {

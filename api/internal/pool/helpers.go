@@ -64,3 +64,9 @@ func ErrMissingAtURI(uri, prop string) *redfish.Error {
 func ErrPropertyValueIncorrect(prop, value string) *redfish.Error {
 	return redfish.NewError(http.StatusBadRequest, redfish.M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
 }
+
+// ResetRequest is the body of a Reset action (ComputerSystem.Reset on a
+// head, Manager.Reset on the management computer).
+type ResetRequest struct {
+	ResetType *string `json:"ResetType"`
+}

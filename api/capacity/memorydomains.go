@@ -1,10 +1,11 @@
-package api
+package capacity
 
 import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -17,16 +18,16 @@ func (s *Server) memoryDomainRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, MemoryDomainsURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.MemoryDomainsURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: MemoryDomainsURI, ODataType: "#MemoryDomainCollection.MemoryDomainCollection",
-			Name: "Memory Domains", Members: []string{MemoryDomainURI},
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.MemoryDomainsURI, ODataType: "#MemoryDomainCollection.MemoryDomainCollection",
+			Name: "Memory Domains", Members: []string{pool.MemoryDomainURI},
 			Expand: func(string) (any, error) { return s.memoryDomain(v, redfish.PrincipalOf(c)), nil }})
 	})
-	s.Handle(http.MethodGet, MemoryDomainURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.MemoryDomainURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
@@ -40,7 +41,7 @@ func (s *Server) memoryDomain(v *poolView, p *redfish.Principal) redfish.Obj {
 	var lds []string
 	for _, h := range v.heads {
 		if p.CanSeeHost(redfish.HostID(h.LD)) {
-			lds = append(lds, LogicalDeviceURI(dcd.HostID(h.LD)))
+			lds = append(lds, pool.LogicalDeviceURI(dcd.HostID(h.LD)))
 		}
 	}
 	regions := make([]redfish.Obj, 0, len(v.box.Regions))
@@ -48,9 +49,9 @@ func (s *Server) memoryDomain(v *poolView, p *redfish.Principal) redfish.Obj {
 		reg := redfish.Obj{
 			"Region":            r.Index,
 			"Sharable":          r.Sharable,
-			"SizeMiB":           mib(r.Length),
-			"FreeMiB":           mib(v.regionFree(r)),
-			"BlockSizeMiB":      mib(r.BlockSize),
+			"SizeMiB":           pool.MiB(r.Length),
+			"FreeMiB":           pool.MiB(v.regionFree(r)),
+			"BlockSizeMiB":      pool.MiB(r.BlockSize),
 			"SanitizeOnRelease": r.SanitizeOnRelease,
 		}
 		// A region that does not clear what a host releases itself gets
@@ -60,47 +61,47 @@ func (s *Server) memoryDomain(v *poolView, p *redfish.Principal) redfish.Obj {
 		}
 		regions = append(regions, reg)
 	}
-	oem := redfish.Obj{"FreeMiB": mib(u.free), "Regions": regions}
+	oem := redfish.Obj{"FreeMiB": pool.MiB(u.free), "Regions": regions}
 	if p.Has(redfish.PrivApplianceView) {
-		oem["DefaultHostQuotaMiB"] = mib(v.defaultQuota.Bytes)
+		oem["DefaultHostQuotaMiB"] = pool.MiB(v.defaultQuota.Bytes)
 		oem["DefaultHostQuotaIsFairShare"] = v.defaultQuota.FairShare
-		oem["ReservedMiB"] = mib(u.reserved)
-		oem["GrantedMiB"] = mib(u.granted)
-		oem["SharedMiB"] = mib(u.shared)
-		oem["OrphanedMiB"] = mib(u.orphaned)
+		oem["ReservedMiB"] = pool.MiB(u.reserved)
+		oem["GrantedMiB"] = pool.MiB(u.granted)
+		oem["SharedMiB"] = pool.MiB(u.shared)
+		oem["OrphanedMiB"] = pool.MiB(u.orphaned)
 	}
 	if p.IsHost() {
 		h := dcd.HostID(*p.HostID)
-		oem["QuotaMiB"] = mib(v.quota(h)) // what limits it: its own quota, else the default
+		oem["QuotaMiB"] = pool.MiB(v.quota(h)) // what limits it: its own quota, else the default
 		// HeldMiB is what counts against the quota: chunks the host
 		// reserved itself and those it holds or is being given.
-		oem["HeldMiB"] = mib(s.hostCommitted(v, h))
+		oem["HeldMiB"] = pool.MiB(s.hostCommitted(v, h))
 	}
-	st := status("Enabled")
+	st := pool.Status("Enabled")
 	if len(v.stranded) > 0 {
 		// Capacity lost grants strand is neither usable nor free
 		// (stranded.go).
 		st["Health"] = "Warning"
 		if p.Has(redfish.PrivApplianceView) { // whose chunks they are is not a host's business
 			oem["StrandedChunks"] = len(v.stranded)
-			oem["StrandedMiB"] = mib(v.strandedBytes())
+			oem["StrandedMiB"] = pool.MiB(v.strandedBytes())
 		}
 	}
-	block := mib(v.blockSize())
+	block := pool.MiB(v.blockSize())
 	return redfish.Obj{
-		"@odata.id":                 MemoryDomainURI,
+		"@odata.id":                 pool.MemoryDomainURI,
 		"@odata.type":               "#MemoryDomain.v1_5_1.MemoryDomain",
 		"Id":                        "Pool",
 		"Name":                      "CXL Memory Pool",
 		"Description":               "The device's dynamic capacity, from which memory chunks are reserved",
-		"MemorySizeMiB":             mib(u.total),
+		"MemorySizeMiB":             pool.MiB(u.total),
 		"AllowsMemoryChunkCreation": true,
 		"AllowsBlockProvisioning":   false,
 		"AllowsMirroring":           false,
 		"AllowsSparing":             false,
 		"MinMemoryChunkSizeMiB":     block,
 		"MemoryChunkIncrementMiB":   block,
-		"MemoryChunks":              redfish.Link(ChunksURI),
+		"MemoryChunks":              redfish.Link(pool.ChunksURI),
 		"Status":                    st,
 		"Links":                     redfish.Obj{"CXLLogicalDevices": redfish.Links(lds...)},
 		"Actions": redfish.Obj{"Oem": redfish.Obj{"#CxlPool.FreeStrandedChunks": redfish.Obj{"target": FreeStrandedURI,

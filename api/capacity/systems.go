@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"net/http"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -21,27 +22,27 @@ func (s *Server) systemRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, SystemsURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.SystemsURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		var members []string
 		for _, ld := range v.visibleHosts(redfish.PrincipalOf(c)) {
-			members = append(members, SystemURI(ld))
+			members = append(members, pool.SystemURI(ld))
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: SystemsURI, ODataType: "#ComputerSystemCollection.ComputerSystemCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.SystemsURI, ODataType: "#ComputerSystemCollection.ComputerSystemCollection",
 			Name: "Hosts", Members: members,
 			Expand: func(uri string) (any, error) {
-				id, _ := refID(uri, SystemsURI)
-				h, _ := ParseSystemID(id)
+				id, _ := pool.RefID(uri, pool.SystemsURI)
+				h, _ := pool.ParseSystemID(id)
 				o := system(v, h)
 				s.systemBoard(c.Request().Context(), o, h) // head power (headpower.go)
 				s.systemHostAgent(o, h)                    // hostreports.go
 				return o, nil
 			}})
 	})
-	s.Handle(http.MethodGet, SystemsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.SystemsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
@@ -59,7 +60,7 @@ func (s *Server) lookupSystem(c echo.Context) (*poolView, dcd.HostID, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	h, err := ParseSystemID(c.Param("id"))
+	h, err := pool.ParseSystemID(c.Param("id"))
 	if err != nil || !hostVisible(redfish.PrincipalOf(c), v, h) {
 		return nil, 0, redfish.ErrResourceNotFound("ComputerSystem", c.Param("id"))
 	}
@@ -71,32 +72,32 @@ func system(v *poolView, h dcd.HostID) redfish.Obj {
 	host := v.hosts[h]
 	// The ledger's default name is the Id in lower case ("host3"): one
 	// spelling everywhere, the Id's, unless someone named the host.
-	if strings.EqualFold(host.Name, SystemID(h)) {
+	if strings.EqualFold(host.Name, pool.SystemID(h)) {
 		host.Name = ""
 	}
 	name := host.Name
 	if name == "" {
-		name = SystemID(h)
+		name = pool.SystemID(h)
 	}
 	granted := v.hostGrantedBytes(h)
 	o := redfish.Obj{
-		"@odata.id":   SystemURI(h),
+		"@odata.id":   pool.SystemURI(h),
 		"@odata.type": "#ComputerSystem.v1_27_0.ComputerSystem",
-		"Id":          SystemID(h),
+		"Id":          pool.SystemID(h),
 		"Name":        name,
 		"Description": "A host attached to the pool through head port " + strconv.Itoa(int(head.Port)),
 		"SystemType":  "Physical",
-		"Status":      status(linkState(head)),
-		"Memory":      redfish.Link(SystemURI(h) + "/Memory"),
+		"Status":      pool.Status(linkState(head)),
+		"Memory":      redfish.Link(pool.SystemURI(h) + "/Memory"),
 		// The only memory the service knows of: what the pool lends.
 		"MemorySummary": redfish.Obj{"TotalSystemMemoryGiB": float64(granted) / (1 << 30)},
-		"Links":         redfish.Obj{"Endpoints": redfish.Links(InitiatorURI(h))},
+		"Links":         redfish.Obj{"Endpoints": redfish.Links(pool.InitiatorURI(h))},
 		"Oem": oemschema.Oem("ComputerSystem", redfish.Obj{
 			"LinkUp":        head.LinkUp,
 			"Port":          head.Port,
-			"QuotaMiB":      mib(host.Quota),
-			"GrantedMiB":    mib(granted),
-			"LogicalDevice": redfish.Link(LogicalDeviceURI(h)),
+			"QuotaMiB":      pool.MiB(host.Quota),
+			"GrantedMiB":    pool.MiB(granted),
+			"LogicalDevice": redfish.Link(pool.LogicalDeviceURI(h)),
 		}),
 	}
 	if host.Name != "" {

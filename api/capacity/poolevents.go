@@ -1,6 +1,7 @@
-package api
+package capacity
 
 import (
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
@@ -36,7 +37,7 @@ func (s *Server) startFeeders() {
 // changeEvents maps a capacity change to the events clients see, with the
 // URIs of the resources it touched (see uris.go).
 func changeEvents(c dcd.Change) []redfish.Event {
-	host := hostRef
+	host := pool.HostRef
 	switch c.Kind {
 	case dcd.ChangeChunk:
 		key := redfish.MsgResourceChanged
@@ -46,32 +47,32 @@ func changeEvents(c dcd.Change) []redfish.Event {
 		case "deleted":
 			key = redfish.MsgResourceRemoved
 		}
-		return []redfish.Event{{MessageKey: key, Origin: ChunkURI(c.Chunk)}}
+		return []redfish.Event{{MessageKey: key, Origin: pool.ChunkURI(c.Chunk)}}
 	case dcd.ChangeGrant:
 		if c.Grant == nil {
 			return nil
 		}
 		key := redfish.MsgStateChanged
-		args := []string{ConnectionURI(c.Grant.ID), string(c.Grant.State)}
+		args := []string{pool.ConnectionURI(c.Grant.ID), string(c.Grant.State)}
 		switch c.Grant.State {
 		case dcd.GrantAdding:
 			key, args = redfish.MsgResourceCreated, nil
 		case dcd.GrantReleased:
 			key, args = redfish.MsgResourceRemoved, nil
 		}
-		return []redfish.Event{{MessageKey: key, Args: args, Origin: ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
+		return []redfish.Event{{MessageKey: key, Args: args, Origin: pool.ConnectionURI(c.Grant.ID), Host: host(c.Grant.Host)}}
 	case dcd.ChangeHost:
 		if c.Message == dcd.QuotaChanged { // a setting, not a state (systempatch.go)
-			return []redfish.Event{{MessageKey: redfish.MsgResourceChanged, Origin: SystemURI(c.Host), Host: host(c.Host)}}
+			return []redfish.Event{{MessageKey: redfish.MsgResourceChanged, Origin: pool.SystemURI(c.Host), Host: host(c.Host)}}
 		}
-		return []redfish.Event{{MessageKey: redfish.MsgStateChanged, Args: []string{SystemURI(c.Host), c.Message},
-			Origin: SystemURI(c.Host), Host: host(c.Host)}}
+		return []redfish.Event{{MessageKey: redfish.MsgStateChanged, Args: []string{pool.SystemURI(c.Host), c.Message},
+			Origin: pool.SystemURI(c.Host), Host: host(c.Host)}}
 	case dcd.ChangeOrphan, dcd.ChangeDevice:
 		msg := c.Message
 		if msg == "" {
 			msg = string(c.Kind)
 		}
-		return []redfish.Event{{MessageKey: redfish.MsgStateChanged, Args: []string{DCDURI, msg}, Origin: DCDURI}}
+		return []redfish.Event{{MessageKey: redfish.MsgStateChanged, Args: []string{pool.DCDURI, msg}, Origin: pool.DCDURI}}
 	}
 	return nil
 }

@@ -1,7 +1,8 @@
-package api
+package capacity
 
 import (
 	"context"
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"errors"
 	"fmt"
@@ -55,7 +56,7 @@ const sharesFile = "shares.json"
 
 func (s *Server) hostReportRoutes() {
 	if s.cfg.HostReports == nil {
-		s.cfg.HostReports = report.New(report.Config{Clock: s.cfg.Clock})
+		s.cfg.HostReports = report.New(report.Config{Clock: s.deps.Clock})
 	}
 	if s.cfg.Shares == nil {
 		p, err := share.Open(s.cfg.DataDir + "/" + sharesFile)
@@ -65,18 +66,18 @@ func (s *Server) hostReportRoutes() {
 		}
 		s.cfg.Shares = p
 	}
-	s.Handle(http.MethodPost, SystemsURI+"/:id"+hostReportAction, redfish.PrivHostCapacity, s.postHostReport)
-	s.Handle(http.MethodPost, ConnectionsURI+"/:id"+forceReleaseAction, redfish.PrivConfigureComponents, s.postForceRelease)
-	s.Handle(http.MethodPost, SystemsURI+"/:id"+attachShareAction, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postAttachShare)
-	s.Handle(http.MethodPost, SystemsURI+"/:id"+leaveShareAction, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postLeaveShare)
-	s.Handle(http.MethodPost, SystemsURI+"/:id"+allowShareAction, redfish.PrivConfigureComponents, s.postAllowShare)
+	s.Handle(http.MethodPost, pool.SystemsURI+"/:id"+hostReportAction, redfish.PrivHostCapacity, s.postHostReport)
+	s.Handle(http.MethodPost, pool.ConnectionsURI+"/:id"+forceReleaseAction, redfish.PrivConfigureComponents, s.postForceRelease)
+	s.Handle(http.MethodPost, pool.SystemsURI+"/:id"+attachShareAction, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postAttachShare)
+	s.Handle(http.MethodPost, pool.SystemsURI+"/:id"+leaveShareAction, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postLeaveShare)
+	s.Handle(http.MethodPost, pool.SystemsURI+"/:id"+allowShareAction, redfish.PrivConfigureComponents, s.postAllowShare)
 }
 
 // errOnlyOwnHost is 403 for a host action by an account of no host or of
 // another host (the rule named in the Resolution).
 func errOnlyOwnHost(what string, h dcd.HostID) *redfish.Error {
 	m := redfish.M("Base.InsufficientPrivilege")
-	m.Resolution = fmt.Sprintf("Only the HostUser account bound to %s %s.", SystemID(h), what)
+	m.Resolution = fmt.Sprintf("Only the HostUser account bound to %s %s.", pool.SystemID(h), what)
 	return redfish.NewError(http.StatusForbidden, m)
 }
 
@@ -96,7 +97,7 @@ func (s *Server) postHostReport(c echo.Context) error {
 	if err := s.cfg.HostReports.Put(uint16(h), r); err != nil {
 		var inv *report.ErrInvalid
 		if errors.As(err, &inv) {
-			e := errPropertyValueIncorrect(inv.Prop, "")
+			e := pool.ErrPropertyValueIncorrect(inv.Prop, "")
 			e.Messages[0].Resolution = "The report is refused whole: " + inv.Why + "."
 			return e.WithCause(err)
 		}
@@ -179,10 +180,10 @@ func (s *Server) postForceRelease(c echo.Context) error {
 	if redfish.PrincipalOf(c).IsHost() {
 		return redfish.ErrInsufficientPrivilege()
 	}
-	target := redfish.Target{Type: "Connection", ID: c.Param("id"), URI: ConnectionURI(g.ID)}
+	target := redfish.Target{Type: "Connection", ID: c.Param("id"), URI: pool.ConnectionURI(g.ID)}
 	if _, err := s.mgr.ForceRelease(c.Request().Context(), g.ID); err != nil {
 		s.capacity.invalidate()
-		return FromDomain(err, target)
+		return pool.FromDomain(err, target)
 	}
 	s.capacity.invalidate()
 	return s.releaseTask(c, g, target, "Force the release of")
@@ -204,8 +205,8 @@ func (s *Server) shareAllowed(name string, h dcd.HostID) error {
 	if !s.cfg.Shares.Allowed(name, uint16(h)) {
 		m := redfish.M("Base.InsufficientPrivilege")
 		m.Resolution = fmt.Sprintf("%s is not allowed share %q: an administrator allows it (POST %s%s {\"Share\": %q, \"Allow\": true}; "+
-			"poolctl hosts %s --allow-share %s). Shares are closed by default.", SystemID(h), name, SystemURI(h), allowShareAction, name,
-			SystemID(h), name)
+			"poolctl hosts %s --allow-share %s). Shares are closed by default.", pool.SystemID(h), name, pool.SystemURI(h), allowShareAction, name,
+			pool.SystemID(h), name)
 		return redfish.NewError(http.StatusForbidden, m)
 	}
 	return nil
@@ -253,9 +254,9 @@ func (s *Server) postAttachShare(c echo.Context) error {
 	ch, found := s.shareChunk(v, req.Share)
 	if found {
 		if ch.Size != size {
-			e := errPropertyValueIncorrect("SizeMiB", strconv.FormatInt(req.SizeMiB, 10))
+			e := pool.ErrPropertyValueIncorrect("SizeMiB", strconv.FormatInt(req.SizeMiB, 10))
 			e.Messages[0].Resolution = fmt.Sprintf("Share %q is %d MiB (memory chunk %d): every host of a share maps the same bytes. Ask for %d MiB.",
-				req.Share, mib(ch.Size), ch.ID, mib(ch.Size))
+				req.Share, pool.MiB(ch.Size), ch.ID, pool.MiB(ch.Size))
 			return e
 		}
 		for _, g := range v.chunkGrants(ch.ID) {
@@ -269,7 +270,7 @@ func (s *Server) postAttachShare(c echo.Context) error {
 			return err
 		}
 		if ch, err = s.mgr.Reserve(ctx, rr); err != nil {
-			return FromDomain(err, redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI})
+			return pool.FromDomain(err, redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: pool.MemoryDomainURI})
 		}
 		if err := s.capacity.setOwner(ctx, ch, h); err != nil {
 			if derr := s.mgr.DeleteChunk(context.WithoutCancel(ctx), ch.ID); derr != nil {
@@ -283,7 +284,7 @@ func (s *Server) postAttachShare(c echo.Context) error {
 			return err
 		}
 	}
-	chunkTarget := redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(ch.ID), 10), URI: ChunkURI(ch.ID)}
+	chunkTarget := redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(ch.ID), 10), URI: pool.ChunkURI(ch.ID)}
 	g, err := s.mgr.BeginGrant(ctx, ch.ID, h)
 	s.capacity.invalidate()
 	if err != nil {
@@ -293,9 +294,9 @@ func (s *Server) postAttachShare(c echo.Context) error {
 		return grantRefused(v, ch, h, err, chunkTarget)
 	}
 	t := s.StartTask(c, redfish.TaskOptions{
-		Name:   fmt.Sprintf("Attach %s to share %s (memory chunk %d)", SystemID(h), req.Share, ch.ID),
-		Host:   hostRef(h),
-		Target: redfish.Target{Type: "Connection", ID: strconv.FormatInt(int64(g.ID), 10), URI: ConnectionURI(g.ID)},
+		Name:   fmt.Sprintf("Attach %s to share %s (memory chunk %d)", pool.SystemID(h), req.Share, ch.ID),
+		Host:   pool.HostRef(h),
+		Target: redfish.Target{Type: "Connection", ID: strconv.FormatInt(int64(g.ID), 10), URI: pool.ConnectionURI(g.ID)},
 	}, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 		res, err := s.finishGrants(ctx, ch, []dcd.Grant{g})
 		if err != nil && !found {
@@ -342,12 +343,12 @@ func (s *Server) postLeaveShare(c echo.Context) error {
 		e := redfish.ErrResourceInUse()
 		e.Messages[0].Resolution = fmt.Sprintf("Other hosts still hold share %q; the last to leave frees it.", req.Share)
 		if slices.ContainsFunc(gs, func(g dcd.Grant) bool { return g.Host == h }) {
-			e.Messages[0].Resolution = fmt.Sprintf("%s still holds share %q: detach it first.", SystemID(h), req.Share)
+			e.Messages[0].Resolution = fmt.Sprintf("%s still holds share %q: detach it first.", pool.SystemID(h), req.Share)
 		}
 		return e
 	}
 	if err := s.dropShareChunk(c.Request().Context(), ch.ID); err != nil {
-		return FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(ch.ID), 10), URI: ChunkURI(ch.ID)})
+		return pool.FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(ch.ID), 10), URI: pool.ChunkURI(ch.ID)})
 	}
 	return s.NoContent(c)
 }

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -61,10 +62,10 @@ func (s *Server) memoryChunkRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ChunksURI, redfish.PrivLogin, s.getChunks)
-	s.Handle(http.MethodPost, ChunksURI, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postChunk)
-	s.Handle(http.MethodGet, ChunksURI+"/:id", redfish.PrivLogin, s.getChunk)
-	s.Handle(http.MethodDelete, ChunksURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
+	s.Handle(http.MethodGet, pool.ChunksURI, redfish.PrivLogin, s.getChunks)
+	s.Handle(http.MethodPost, pool.ChunksURI, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postChunk)
+	s.Handle(http.MethodGet, pool.ChunksURI+"/:id", redfish.PrivLogin, s.getChunk)
+	s.Handle(http.MethodDelete, pool.ChunksURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
 	s.strandedRoutes()
 }
 
@@ -74,18 +75,18 @@ func (s *Server) getChunks(c echo.Context) error {
 		return err
 	}
 	p := redfish.PrincipalOf(c)
-	col, err := v.cachedCollection(p, "chunks", redfish.Collection{ODataID: ChunksURI,
+	col, err := v.cachedCollection(p, "chunks", redfish.Collection{ODataID: pool.ChunksURI,
 		ODataType: "#MemoryChunksCollection.MemoryChunksCollection", Name: "Memory Chunks",
 		Expand: func(uri string) (any, error) {
-			id, _ := refID(uri, ChunksURI)
-			n, _ := parseID(id)
+			id, _ := pool.RefID(uri, pool.ChunksURI)
+			n, _ := pool.ParseID(id)
 			ch, _ := v.chunk(dcd.ChunkID(n))
 			return s.chunkBody(v, p, ch), nil
 		}}, func() []string {
 		members := make([]string, 0, len(v.chunks))
 		for _, ch := range v.chunks {
 			if s.chunkVisible(p, v, ch) {
-				members = append(members, ChunkURI(ch.ID))
+				members = append(members, pool.ChunkURI(ch.ID))
 			}
 		}
 		return members
@@ -102,7 +103,7 @@ func (s *Server) lookupChunk(c echo.Context) (*poolView, dcd.Chunk, error) {
 	if err != nil {
 		return nil, dcd.Chunk{}, err
 	}
-	n, ok := parseID(c.Param("id"))
+	n, ok := pool.ParseID(c.Param("id"))
 	ch, found := v.chunk(dcd.ChunkID(n))
 	if !ok || !found || !s.chunkVisible(redfish.PrincipalOf(c), v, ch) {
 		return nil, dcd.Chunk{}, redfish.ErrResourceNotFound("MemoryChunks", c.Param("id"))
@@ -130,7 +131,7 @@ func (s *Server) deleteChunk(c echo.Context) error {
 	err = s.mgr.DeleteChunk(ctx, ch.ID)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: c.Param("id"), URI: ChunkURI(ch.ID)})
+		return pool.FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: c.Param("id"), URI: pool.ChunkURI(ch.ID)})
 	}
 	if err := s.capacity.dropOwner(context.WithoutCancel(ctx), ch.ID); err != nil {
 		s.log.Error("forgetting the owner of a deleted chunk", "chunk", ch.ID, "err", err)
@@ -207,15 +208,15 @@ func (s *Server) postChunk(c echo.Context) error {
 		block = r.BlockSize
 	}
 	if block == 0 || rr.Size%block != 0 {
-		e := errPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
+		e := pool.ErrPropertyValueIncorrect("MemoryChunkSizeMiB", sizeText)
 		if block > 0 {
 			up := (rr.Size/block + 1) * block
-			alt := fmt.Sprintf("%d MiB", mib(up))
+			alt := fmt.Sprintf("%d MiB", pool.MiB(up))
 			if down := rr.Size / block * block; down > 0 {
-				alt = fmt.Sprintf("%d MiB or %d MiB", mib(down), mib(up))
+				alt = fmt.Sprintf("%d MiB or %d MiB", pool.MiB(down), pool.MiB(up))
 			}
 			e.Messages[0].Resolution = fmt.Sprintf("Chunk sizes are multiples of %d MiB, the device's block size "+
-				"(MemoryChunkIncrementMiB of %s): %s MiB is not. Use %s.", mib(block), MemoryDomainURI, sizeText, alt)
+				"(MemoryChunkIncrementMiB of %s): %s MiB is not. Use %s.", pool.MiB(block), pool.MemoryDomainURI, sizeText, alt)
 		}
 		return e
 	}
@@ -225,8 +226,8 @@ func (s *Server) postChunk(c echo.Context) error {
 			found = found || r.Sharable
 		}
 		if !found {
-			e := errPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
-			e.Messages[0].Resolution = "No DC region of the device is sharable (Oem.CxlPool.Regions of " + MemoryDomainURI +
+			e := pool.ErrPropertyValueIncorrect("Oem/CxlPool/Sharable", "true")
+			e.Messages[0].Resolution = "No DC region of the device is sharable (Oem.CxlPool.Regions of " + pool.MemoryDomainURI +
 				"), so no chunk can be shared between hosts. Reserve it without Sharable."
 			return e
 		}
@@ -234,7 +235,7 @@ func (s *Server) postChunk(c echo.Context) error {
 	if err := v.fitsOneRegion(rr); err != nil {
 		return err
 	}
-	target := redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI}
+	target := redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: pool.MemoryDomainURI}
 	if p.IsHost() {
 		// The quota check and the reservation are one step per server.
 		s.capacity.reserveMu.Lock()
@@ -244,16 +245,16 @@ func (s *Server) postChunk(c echo.Context) error {
 		}
 		h, err := s.mgr.Ledger().Host(ctx, dcd.HostID(*p.HostID))
 		if err != nil {
-			return FromDomain(err, target)
+			return pool.FromDomain(err, target)
 		}
 		quota := v.quota(h.ID) // its own, else the default: no host takes the pool by default
 		if used := s.hostCommitted(v, h.ID); quota > 0 && (rr.Size > quota || used > quota-rr.Size) {
-			return errQuota(h.ID, quota, used, rr.Size).WithCause(dcd.ErrQuotaExceeded)
+			return pool.ErrQuota(h.ID, quota, used, rr.Size).WithCause(dcd.ErrQuotaExceeded)
 		}
 	}
 	ch, err := s.mgr.Reserve(ctx, rr)
 	if err != nil {
-		return FromDomain(err, target)
+		return pool.FromDomain(err, target)
 	}
 	if p.IsHost() {
 		if err := s.capacity.setOwner(ctx, ch, dcd.HostID(*p.HostID)); err != nil {
@@ -270,7 +271,7 @@ func (s *Server) postChunk(c echo.Context) error {
 	if v, err = s.view(ctx); err != nil {
 		return err
 	}
-	return s.WriteCreated(c, ChunkURI(ch.ID), s.chunkBody(v, p, ch))
+	return s.WriteCreated(c, pool.ChunkURI(ch.ID), s.chunkBody(v, p, ch))
 }
 
 // chunkState is the chunk's Status.State from its (visible) grants:
@@ -304,10 +305,10 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 	grants := make([]redfish.Obj, 0, len(gs))
 	offset, placed := uint64(math.MaxUint64), false
 	for _, g := range gs {
-		endpoints = append(endpoints, InitiatorURI(g.Host))
-		lds = append(lds, LogicalDeviceURI(g.Host))
-		regions = append(regions, MemoryRegionURI(g.Host, ch.Region))
-		grants = append(grants, redfish.Obj{"Connection": redfish.Link(ConnectionURI(g.ID)), "SystemId": SystemID(g.Host), "State": string(g.State)})
+		endpoints = append(endpoints, pool.InitiatorURI(g.Host))
+		lds = append(lds, pool.LogicalDeviceURI(g.Host))
+		regions = append(regions, pool.MemoryRegionURI(g.Host, ch.Region))
+		grants = append(grants, redfish.Obj{"Connection": redfish.Link(pool.ConnectionURI(g.ID)), "SystemId": pool.SystemID(g.Host), "State": string(g.State)})
 		if holds(g) {
 			for _, e := range g.Extents {
 				offset, placed = min(offset, e.DPA), true
@@ -325,9 +326,9 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 		oem["Name"] = ch.Name
 	}
 	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(redfish.HostID(h)) {
-		oem["Owner"] = SystemID(h)
+		oem["Owner"] = pool.SystemID(h)
 	}
-	st := status(chunkState(gs))
+	st := pool.Status(chunkState(gs))
 	if lost, ok := v.stranded[ch.ID]; ok {
 		// Its grants were lost and no host holds it (stranded.go).
 		st["Health"] = "Critical"
@@ -335,11 +336,11 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 		oem["LostGrants"] = lostGrantsBody(lost, p)
 	}
 	o := redfish.Obj{
-		"@odata.id":          ChunkURI(ch.ID),
+		"@odata.id":          pool.ChunkURI(ch.ID),
 		"@odata.type":        "#MemoryChunks.v1_6_2.MemoryChunks",
 		"Id":                 strconv.FormatInt(int64(ch.ID), 10),
 		"Name":               "Memory Chunk " + strconv.FormatInt(int64(ch.ID), 10),
-		"MemoryChunkSizeMiB": mib(ch.Size),
+		"MemoryChunkSizeMiB": pool.MiB(ch.Size),
 		"AddressRangeType":   "Volatile",
 		"Status":             st,
 		"Links": redfish.Obj{
@@ -353,7 +354,7 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 		o["DisplayName"] = ch.Name
 	}
 	if placed {
-		o["AddressRangeOffsetMiB"] = mib(offset)
+		o["AddressRangeOffsetMiB"] = pool.MiB(offset)
 	}
 	return o
 }

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"cmp"
@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
@@ -202,7 +203,7 @@ type renderedCollection struct {
 // the collection; who may see what is added to it here.
 func (v *poolView) cachedCollection(p *redfish.Principal, key string, col redfish.Collection, members func() []string) (redfish.Collection, error) {
 	if p.IsHost() {
-		key += "|" + SystemID(dcd.HostID(*p.HostID))
+		key += "|" + pool.SystemID(dcd.HostID(*p.HostID))
 	}
 	if e, ok := v.renders.Load(key); ok {
 		rc := e.(renderedCollection)
@@ -444,8 +445,8 @@ func extentsMiB(exts []cci.Extent, base uint64) []redfish.Obj {
 	out := make([]redfish.Obj, 0, len(exts))
 	for _, e := range exts {
 		o := redfish.Obj{
-			"ExtentOffsetMiB": mib(e.DPA - base),
-			"ExtentSizeMiB":   mib(e.Length),
+			"ExtentOffsetMiB": pool.MiB(e.DPA - base),
+			"ExtentSizeMiB":   pool.MiB(e.Length),
 			"Tag":             e.Tag.String(),
 		}
 		if e.SharedSeq != 0 {
@@ -503,7 +504,7 @@ func (v *poolView) fitsOneRegion(rr dcd.ReserveRequest) error {
 		if r.Sharable {
 			kind = "sharable"
 		}
-		parts = append(parts, fmt.Sprintf("region %d (%s) has %d MiB free", r.Index, kind, mib(free)))
+		parts = append(parts, fmt.Sprintf("region %d (%s) has %d MiB free", r.Index, kind, pool.MiB(free)))
 	}
 	if bestRegion < 0 {
 		return nil // no candidate: Reserve says why (unknown region, nothing sharable)
@@ -513,13 +514,13 @@ func (v *poolView) fitsOneRegion(rr dcd.ReserveRequest) error {
 		what = "sharable chunk"
 	}
 	res := fmt.Sprintf("A chunk lies in one DC region, and %s: the %d MiB asked for does not fit there, "+
-		"although %d MiB are free in the whole pool. ", strings.Join(parts, ", "), mib(rr.Size), mib(total))
+		"although %d MiB are free in the whole pool. ", strings.Join(parts, ", "), pool.MiB(rr.Size), pool.MiB(total))
 	if best > 0 {
-		res += fmt.Sprintf("The largest %s that fits now is %d MiB (region %d); reserve that, or several chunks.", what, mib(best), bestRegion)
+		res += fmt.Sprintf("The largest %s that fits now is %d MiB (region %d); reserve that, or several chunks.", what, pool.MiB(best), bestRegion)
 	} else {
 		res += "Free capacity there first (release and delete chunks)."
 	}
-	return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.ResourceExhaustion", Args: []string{MemoryDomainURI}, Resolution: res}).
+	return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.ResourceExhaustion", Args: []string{pool.MemoryDomainURI}, Resolution: res}).
 		WithCause(dcd.ErrNoCapacity)
 }
 

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 )
 
@@ -16,22 +17,22 @@ import (
 // chassisSubsystems are the Chassis navigation properties other files
 // may serve, with their URIs.
 var chassisSubsystems = []struct{ prop, uri string }{
-	{"ThermalSubsystem", ChassisURI + "/ThermalSubsystem"},
-	{"PowerSubsystem", ChassisURI + "/PowerSubsystem"},
-	{"Sensors", ChassisURI + "/Sensors"},
-	{"EnvironmentMetrics", ChassisURI + "/EnvironmentMetrics"},
+	{"ThermalSubsystem", pool.ChassisURI + "/ThermalSubsystem"},
+	{"PowerSubsystem", pool.ChassisURI + "/PowerSubsystem"},
+	{"Sensors", pool.ChassisURI + "/Sensors"},
+	{"EnvironmentMetrics", pool.ChassisURI + "/EnvironmentMetrics"},
 }
 
 func (s *Server) chassisRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ChassisCollectionURI, redfish.PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, redfish.Collection{ODataID: ChassisCollectionURI, ODataType: "#ChassisCollection.ChassisCollection",
-			Name: "Chassis", Members: []string{ChassisURI},
+	s.Handle(http.MethodGet, pool.ChassisCollectionURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.ChassisCollectionURI, ODataType: "#ChassisCollection.ChassisCollection",
+			Name: "Chassis", Members: []string{pool.ChassisURI},
 			Expand: func(string) (any, error) { return s.chassis(), nil }})
 	})
-	s.Handle(http.MethodGet, ChassisURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.ChassisURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.chassis())
 	})
 }
@@ -40,22 +41,22 @@ func (s *Server) chassis() redfish.Obj {
 	box := s.mgr.Box()
 	id := box.Identity
 	o := redfish.Obj{
-		"@odata.id":     ChassisURI,
+		"@odata.id":     pool.ChassisURI,
 		"@odata.type":   "#Chassis.v1_28_0.Chassis",
 		"Id":            "Pool",
 		"Name":          "CXL Memory Pool",
 		"Description":   "The memory box: a multi-headed Dynamic Capacity Device shared by its hosts",
 		"ChassisType":   "Enclosure",
 		"Model":         fmt.Sprintf("CXL Type 3 multi-headed DCD %04X:%04X", id.VendorID, id.DeviceID),
-		"SerialNumber":  serialString(id.Serial),
+		"SerialNumber":  pool.SerialString(id.Serial),
 		"PowerState":    "On",
-		"Status":        status("Enabled"),
-		"PCIeDevices":   redfish.Link(PCIeDevicesURI),
-		"MemoryDomains": redfish.Link(MemoryDomainsURI),
-		"Links":         redfish.Obj{"ManagedBy": redfish.Links(managerURI)},
+		"Status":        pool.Status("Enabled"),
+		"PCIeDevices":   redfish.Link(pool.PCIeDevicesURI),
+		"MemoryDomains": redfish.Link(pool.MemoryDomainsURI),
+		"Links":         redfish.Obj{"ManagedBy": redfish.Links(pool.ManagerURI)},
 	}
-	if s.HasRoute(FabricAdaptersURI) {
-		o["FabricAdapters"] = redfish.Link(FabricAdaptersURI)
+	if s.HasRoute(pool.FabricAdaptersURI) {
+		o["FabricAdapters"] = redfish.Link(pool.FabricAdaptersURI)
 	}
 	for _, sub := range chassisSubsystems {
 		if s.HasRoute(sub.uri) {

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"cmp"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
@@ -26,8 +27,8 @@ func (s *Server) memoryRegionRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld/MemoryRegions", redfish.PrivLogin, s.getMemoryRegions)
-	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld/MemoryRegions/:n", redfish.PrivLogin, s.getMemoryRegion)
+	s.Handle(http.MethodGet, pool.LogicalDevicesURI+"/:ld/MemoryRegions", redfish.PrivLogin, s.getMemoryRegions)
+	s.Handle(http.MethodGet, pool.LogicalDevicesURI+"/:ld/MemoryRegions/:n", redfish.PrivLogin, s.getMemoryRegion)
 }
 
 func (s *Server) getMemoryRegions(c echo.Context) error {
@@ -40,10 +41,10 @@ func (s *Server) getMemoryRegions(c echo.Context) error {
 	if !ok || !hostVisible(redfish.PrincipalOf(c), v, h) {
 		return redfish.ErrResourceNotFound("CXLLogicalDevice", c.Param("ld"))
 	}
-	uri := LogicalDeviceURI(h) + "/MemoryRegions"
+	uri := pool.LogicalDeviceURI(h) + "/MemoryRegions"
 	members := make([]string, 0, len(v.box.Regions))
 	for _, r := range v.box.Regions {
-		members = append(members, MemoryRegionURI(h, r.Index))
+		members = append(members, pool.MemoryRegionURI(h, r.Index))
 	}
 	var exts []cci.Extent
 	var extErr error
@@ -58,7 +59,7 @@ func (s *Server) getMemoryRegions(c echo.Context) error {
 			if extErr != nil {
 				return nil, extErr
 			}
-			id, _ := refID(m, uri)
+			id, _ := pool.RefID(m, uri)
 			n, _ := strconv.Atoi(id)
 			r, _ := v.region(n)
 			return memoryRegion(v, h, r, exts), nil
@@ -103,7 +104,7 @@ func (s *Server) ldExtents(ctx context.Context, v *poolView, h dcd.HostID) ([]cc
 		if !errors.Is(err, fabric.ErrTimeout) && !errors.Is(err, fabric.ErrClosed) {
 			err = fmt.Errorf("%w: extent list of LD %d: %v", dcd.ErrDevice, h, err)
 		}
-		return nil, FromDomain(err, redfish.Target{Type: "CXLLogicalDevice", ID: strconv.Itoa(int(h)), URI: LogicalDeviceURI(h)})
+		return nil, pool.FromDomain(err, redfish.Target{Type: "CXLLogicalDevice", ID: strconv.Itoa(int(h)), URI: pool.LogicalDeviceURI(h)})
 	}
 	return list.Extents, nil
 }
@@ -124,31 +125,31 @@ func memoryRegion(v *poolView, h dcd.HostID, r fabric.Region, all []cci.Extent) 
 		if !ok || ch.Region != r.Index || !holds(g) {
 			continue
 		}
-		o := redfish.Obj{"ChunkLink": redfish.Link(ChunkURI(ch.ID))}
+		o := redfish.Obj{"ChunkLink": redfish.Link(pool.ChunkURI(ch.ID))}
 		for _, e := range exts {
 			if e.Tag == ch.Tag {
-				o["ChunkOffsetMiB"] = mib(e.DPA - r.Base)
+				o["ChunkOffsetMiB"] = pool.MiB(e.DPA - r.Base)
 				break
 			}
 		}
 		chunks = append(chunks, o)
 	}
 	return redfish.Obj{
-		"@odata.id":           MemoryRegionURI(h, r.Index),
+		"@odata.id":           pool.MemoryRegionURI(h, r.Index),
 		"@odata.type":         "#MemoryRegion.v1_0_3.MemoryRegion",
 		"Id":                  strconv.Itoa(r.Index),
 		"Name":                "Dynamic Capacity Region " + strconv.Itoa(r.Index),
 		"RegionNumber":        r.Index,
 		"RegionType":          "Dynamic",
-		"RegionBaseOffsetMiB": mib(r.Base),
-		"RegionSizeMiB":       mib(r.Length),
-		"BlockSizeMiB":        mib(r.BlockSize),
+		"RegionBaseOffsetMiB": pool.MiB(r.Base),
+		"RegionSizeMiB":       pool.MiB(r.Length),
+		"BlockSizeMiB":        pool.MiB(r.BlockSize),
 		"ShareableRegion":     r.Sharable,
 		"SanitizeOnRelease":   r.SanitizeOnRelease,
 		"NonVolatileRegion":   false,
 		"ExtentsCount":        len(exts),
 		"MemoryExtents":       extentsMiB(exts, r.Base),
 		"MemoryChunks":        chunks,
-		"Status":              status("Enabled"),
+		"Status":              pool.Status("Enabled"),
 	}
 }

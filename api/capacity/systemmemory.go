@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -24,31 +25,31 @@ func (s *Server) systemMemoryRoutes() {
 		return
 	}
 	s.hostReportRoutes() // what host agents report (hostreports.go)
-	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.SystemsURI+"/:id/Memory", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
 		}
-		uri := SystemURI(h) + "/Memory"
+		uri := pool.SystemURI(h) + "/Memory"
 		byURI := map[string]dcd.Grant{}
 		var members []string
 		for _, g := range v.hostGrants(h) {
 			if hostHolds(g) {
-				m := SystemMemoryURI(h, g.Chunk)
+				m := pool.SystemMemoryURI(h, g.Chunk)
 				members = append(members, m)
 				byURI[m] = g
 			}
 		}
 		return s.WriteCollection(c, redfish.Collection{ODataID: uri, ODataType: "#MemoryCollection.MemoryCollection",
-			Name: SystemID(h) + " Pool Memory", Members: members,
+			Name: pool.SystemID(h) + " Pool Memory", Members: members,
 			Expand: func(m string) (any, error) { return s.memory(v, byURI[m]), nil }})
 	})
-	s.Handle(http.MethodGet, SystemsURI+"/:id/Memory/:mem", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.SystemsURI+"/:id/Memory/:mem", redfish.PrivLogin, func(c echo.Context) error {
 		v, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
 		}
-		if n, ok := parseID(c.Param("mem")); ok {
+		if n, ok := pool.ParseID(c.Param("mem")); ok {
 			for _, g := range v.hostGrants(h) {
 				if g.Chunk == dcd.ChunkID(n) && hostHolds(g) {
 					return s.WriteResource(c, http.StatusOK, s.memory(v, g))
@@ -68,7 +69,7 @@ func hostHolds(g dcd.Grant) bool {
 func (s *Server) memory(v *poolView, g dcd.Grant) redfish.Obj {
 	id := strconv.FormatInt(int64(g.Chunk), 10)
 	o := redfish.Obj{
-		"@odata.id":            SystemMemoryURI(g.Host, g.Chunk),
+		"@odata.id":            pool.SystemMemoryURI(g.Host, g.Chunk),
 		"@odata.type":          "#Memory.v1_23_0.Memory",
 		"Id":                   id,
 		"Name":                 "Pool Memory " + id,
@@ -76,22 +77,22 @@ func (s *Server) memory(v *poolView, g dcd.Grant) redfish.Obj {
 		"MemoryDeviceType":     "Logical",
 		"MemoryType":           "DRAM",
 		"OperatingMemoryModes": []string{"Volatile"},
-		"CapacityMiB":          mib(g.Size()),
+		"CapacityMiB":          pool.MiB(g.Size()),
 		"Enabled":              true,
-		"Status":               status("Enabled"),
+		"Status":               pool.Status("Enabled"),
 		"Links": redfish.Obj{
-			"MemoryMediaSources": redfish.Links(ChunkURI(g.Chunk)),
-			"Endpoints":          redfish.Links(TargetURI(g.Host)),
+			"MemoryMediaSources": redfish.Links(pool.ChunkURI(g.Chunk)),
+			"Endpoints":          redfish.Links(pool.TargetURI(g.Host)),
 		},
 	}
-	oem := redfish.Obj{"Connection": redfish.Link(ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}
+	oem := redfish.Obj{"Connection": redfish.Link(pool.ConnectionURI(g.ID)), "ExtentCount": len(g.Extents)}
 	if ch, ok := v.chunk(g.Chunk); ok {
-		o["Links"].(redfish.Obj)["MemoryRegionMediaSources"] = redfish.Links(MemoryRegionURI(g.Host, ch.Region))
+		o["Links"].(redfish.Obj)["MemoryRegionMediaSources"] = redfish.Links(pool.MemoryRegionURI(g.Host, ch.Region))
 		oem["Host"] = s.hostMemoryState(g.Host, ch.Tag.String()) // hostreports.go
 	}
 	if g.State == dcd.GrantReleasing {
 		o["Enabled"] = false
-		o["Status"] = status("Disabled")
+		o["Status"] = pool.Status("Disabled")
 	}
 	o["Oem"] = oemschema.Oem("Memory", oem)
 	return o

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
@@ -19,8 +20,8 @@ func (s *Server) logicalDeviceRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, LogicalDevicesURI, redfish.PrivLogin, s.getLogicalDevices)
-	s.Handle(http.MethodGet, LogicalDevicesURI+"/:ld", redfish.PrivLogin, s.getLogicalDevice)
+	s.Handle(http.MethodGet, pool.LogicalDevicesURI, redfish.PrivLogin, s.getLogicalDevices)
+	s.Handle(http.MethodGet, pool.LogicalDevicesURI+"/:ld", redfish.PrivLogin, s.getLogicalDevice)
 }
 
 func (s *Server) getLogicalDevices(c echo.Context) error {
@@ -32,13 +33,13 @@ func (s *Server) getLogicalDevices(c echo.Context) error {
 	var members []string
 	for _, h := range v.heads {
 		if p.CanSeeHost(redfish.HostID(h.LD)) {
-			members = append(members, LogicalDeviceURI(dcd.HostID(h.LD)))
+			members = append(members, pool.LogicalDeviceURI(dcd.HostID(h.LD)))
 		}
 	}
-	return s.WriteCollection(c, redfish.Collection{ODataID: LogicalDevicesURI, ODataType: "#CXLLogicalDeviceCollection.CXLLogicalDeviceCollection",
+	return s.WriteCollection(c, redfish.Collection{ODataID: pool.LogicalDevicesURI, ODataType: "#CXLLogicalDeviceCollection.CXLLogicalDeviceCollection",
 		Name: "CXL Logical Devices", Members: members,
 		Expand: func(uri string) (any, error) {
-			id, _ := refID(uri, LogicalDevicesURI)
+			id, _ := pool.RefID(uri, pool.LogicalDevicesURI)
 			h, _ := parseLD(id)
 			return s.logicalDevice(v, h), nil
 		}})
@@ -76,27 +77,27 @@ func (s *Server) logicalDevice(v *poolView, h dcd.HostID) redfish.Obj {
 	for _, g := range v.hostGrants(h) {
 		if holds(g) {
 			held += g.Size()
-			chunks = append(chunks, ChunkURI(g.Chunk))
+			chunks = append(chunks, pool.ChunkURI(g.Chunk))
 		}
 	}
 	return redfish.Obj{
-		"@odata.id":   LogicalDeviceURI(h),
+		"@odata.id":   pool.LogicalDeviceURI(h),
 		"@odata.type": "#CXLLogicalDevice.v1_3_0.CXLLogicalDevice",
 		"Id":          strconv.Itoa(int(h)),
 		"Name":        "Logical Device " + strconv.Itoa(int(h)),
-		"Description": "The logical device " + SystemID(h) + " reaches through head port " + strconv.Itoa(int(head.Port)),
+		"Description": "The logical device " + pool.SystemID(h) + " reaches through head port " + strconv.Itoa(int(head.Port)),
 		"Identifiers": []redfish.Obj{{
 			"DurableName":       gcxlid(v.box.Identity.Serial, h),
 			"DurableNameFormat": "GCXLID",
 		}},
 		"SemanticsSupported": []string{"CXLio", "CXLmem"},
-		"MemorySizeMiB":      mib(held),
-		"MemoryRegions":      redfish.Link(LogicalDeviceURI(h) + "/MemoryRegions"),
-		"Status":             status(linkState(head)),
+		"MemorySizeMiB":      pool.MiB(held),
+		"MemoryRegions":      redfish.Link(pool.LogicalDeviceURI(h) + "/MemoryRegions"),
+		"Status":             pool.Status(linkState(head)),
 		"Links": redfish.Obj{
-			"Endpoints":     redfish.Links(TargetURI(h)),
+			"Endpoints":     redfish.Links(pool.TargetURI(h)),
 			"MemoryChunks":  redfish.Links(chunks...),
-			"MemoryDomains": redfish.Links(MemoryDomainURI),
+			"MemoryDomains": redfish.Links(pool.MemoryDomainURI),
 		},
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
@@ -21,29 +22,29 @@ func (s *Server) fabricAdapterRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, FabricAdaptersURI, redfish.PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, redfish.Collection{ODataID: FabricAdaptersURI, ODataType: "#FabricAdapterCollection.FabricAdapterCollection",
-			Name: "Fabric Adapters", Members: []string{FabricAdapterURI},
+	s.Handle(http.MethodGet, pool.FabricAdaptersURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.FabricAdaptersURI, ODataType: "#FabricAdapterCollection.FabricAdapterCollection",
+			Name: "Fabric Adapters", Members: []string{pool.FabricAdapterURI},
 			Expand: func(string) (any, error) { return s.fabricAdapter(), nil }})
 	})
-	s.Handle(http.MethodGet, FabricAdapterURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.FabricAdapterURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.fabricAdapter())
 	})
-	s.Handle(http.MethodGet, PortsURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.PortsURI, redfish.PrivLogin, func(c echo.Context) error {
 		p := redfish.PrincipalOf(c)
 		heads := map[string]fabric.Head{}
 		var members []string
 		for _, h := range sortedHeads(s.mgr.Box()) {
 			if p.CanSeeHost(redfish.HostID(h.LD)) {
-				members = append(members, PortURI(h.Port))
-				heads[PortURI(h.Port)] = h
+				members = append(members, pool.PortURI(h.Port))
+				heads[pool.PortURI(h.Port)] = h
 			}
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: PortsURI, ODataType: "#PortCollection.PortCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.PortsURI, ODataType: "#PortCollection.PortCollection",
 			Name: "DCD Host Ports", Members: members,
 			Expand: func(uri string) (any, error) { return port(heads[uri]), nil }})
 	})
-	s.Handle(http.MethodGet, PortsURI+"/:port", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.PortsURI+"/:port", redfish.PrivLogin, func(c echo.Context) error {
 		n, err := strconv.ParseUint(c.Param("port"), 10, 8)
 		if err == nil && c.Param("port") == strconv.FormatUint(n, 10) {
 			for _, h := range s.mgr.Box().Heads {
@@ -59,19 +60,19 @@ func (s *Server) fabricAdapterRoutes() {
 func (s *Server) fabricAdapter() redfish.Obj {
 	id := s.mgr.Box().Identity
 	return redfish.Obj{
-		"@odata.id":       FabricAdapterURI,
+		"@odata.id":       pool.FabricAdapterURI,
 		"@odata.type":     "#FabricAdapter.v1_5_3.FabricAdapter",
 		"Id":              "DCD",
 		"Name":            "DCD Host Ports",
 		"Description":     "The multi-headed device's host-facing CXL ports, one per head",
 		"FabricType":      "CXL",
-		"SerialNumber":    serialString(id.Serial),
+		"SerialNumber":    pool.SerialString(id.Serial),
 		"FirmwareVersion": id.FirmwareRevision,
-		"Ports":           redfish.Link(PortsURI),
-		"Status":          status("Enabled"),
+		"Ports":           redfish.Link(pool.PortsURI),
+		"Status":          pool.Status("Enabled"),
 		"Links": redfish.Obj{
-			"PCIeDevices":   redfish.Links(DCDURI),
-			"MemoryDomains": redfish.Links(MemoryDomainURI),
+			"PCIeDevices":   redfish.Links(pool.DCDURI),
+			"MemoryDomains": redfish.Links(pool.MemoryDomainURI),
 		},
 	}
 }
@@ -98,11 +99,11 @@ func port(h fabric.Head) redfish.Obj {
 	}
 	ld := dcd.HostID(h.LD)
 	o := redfish.Obj{
-		"@odata.id":    PortURI(h.Port),
+		"@odata.id":    pool.PortURI(h.Port),
 		"@odata.type":  "#Port.v1_18_0.Port",
 		"Id":           strconv.Itoa(int(h.Port)),
 		"Name":         "Head Port " + strconv.Itoa(int(h.Port)),
-		"Description":  "The head " + SystemID(ld) + " is attached to",
+		"Description":  "The head " + pool.SystemID(ld) + " is attached to",
 		"PortId":       strconv.Itoa(int(h.Port)),
 		"PortProtocol": "CXL",
 		"PortType":     "UpstreamPort",
@@ -113,8 +114,8 @@ func port(h fabric.Head) redfish.Obj {
 		"ActiveWidth":  h.NegotiatedWidth,
 		"MaxSpeedGbps": speedGTs(h.MaxSpeed) * float64(h.MaxWidth),
 		"CXL":          redfish.Obj{"MaxLogicalDeviceCount": 1},
-		"Status":       status(linkState(h)),
-		"Links":        redfish.Obj{"AssociatedEndpoints": redfish.Links(InitiatorURI(ld), TargetURI(ld))},
+		"Status":       pool.Status(linkState(h)),
+		"Links":        redfish.Obj{"AssociatedEndpoints": redfish.Links(pool.InitiatorURI(ld), pool.TargetURI(ld))},
 	}
 	if h.LinkUp {
 		o["CurrentSpeedGbps"] = speedGTs(h.CurrentSpeed) * float64(h.NegotiatedWidth)

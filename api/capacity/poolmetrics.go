@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/dcd"
 )
 
@@ -59,7 +60,7 @@ func (pc *poolCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(poolTotalDesc, prometheus.GaugeValue, float64(u.total))
 	for _, h := range v.heads {
 		ld := dcd.HostID(h.LD)
-		ch <- prometheus.MustNewConstMetric(hostGrantedDesc, prometheus.GaugeValue, float64(v.hostGrantedBytes(ld)), SystemID(ld))
+		ch <- prometheus.MustNewConstMetric(hostGrantedDesc, prometheus.GaugeValue, float64(v.hostGrantedBytes(ld)), pool.SystemID(ld))
 	}
 	all, err := s.mgr.Ledger().Grants(ctx, dcd.GrantFilter{})
 	if err != nil {

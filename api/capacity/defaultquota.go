@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
@@ -38,7 +39,7 @@ func (s *Server) defaultQuotaRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodPatch, MemoryDomainURI, redfish.PrivConfigureComponents, s.patchMemoryDomain)
+	s.Handle(http.MethodPatch, pool.MemoryDomainURI, redfish.PrivConfigureComponents, s.patchMemoryDomain)
 }
 
 func (s *Server) patchMemoryDomain(c echo.Context) error {
@@ -58,7 +59,7 @@ func (s *Server) patchMemoryDomain(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.memoryDomain(v, redfish.PrincipalOf(c)))
 	}
 	n := *req.Oem.CxlPool.DefaultHostQuotaMiB
-	if n < 0 || uint64(n) > mib(v.usage().total) {
+	if n < 0 || uint64(n) > pool.MiB(v.usage().total) {
 		e := redfish.ErrPropertyValueOutOfRange(strconv.FormatInt(n, 10), propDefaultQuota)
 		e.Messages[0].Resolution = "DefaultHostQuotaMiB is whole MiB from 0 (no default limit) to the pool's MemorySizeMiB."
 		return e
@@ -66,10 +67,10 @@ func (s *Server) patchMemoryDomain(c echo.Context) error {
 	err = s.mgr.SetDefaultHostQuota(ctx, uint64(n)*mebibyte)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: MemoryDomainURI})
+		return pool.FromDomain(err, redfish.Target{Type: "MemoryDomain", ID: "Pool", URI: pool.MemoryDomainURI})
 	}
 	s.log.Info("default host quota set", "quota_mib", n, "user", redfish.PrincipalOf(c).User)
-	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: MemoryDomainURI})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: pool.MemoryDomainURI})
 	if v, err = s.view(ctx); err != nil {
 		return err
 	}

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"fmt"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 )
@@ -18,14 +19,14 @@ func (s *Server) pcieDeviceRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, PCIeDevicesURI, redfish.PrivLogin, func(c echo.Context) error {
-		members, byURI := []string{DCDURI}, map[string]redfish.Obj{}
+	s.Handle(http.MethodGet, pool.PCIeDevicesURI, redfish.PrivLogin, func(c echo.Context) error {
+		members, byURI := []string{pool.DCDURI}, map[string]redfish.Obj{}
 		for _, d := range s.localCXL() { // localcxl.go
 			o := localCXLDevice(d)
 			u := o["@odata.id"].(string)
 			members, byURI[u] = append(members, u), o
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: PCIeDevicesURI, ODataType: "#PCIeDeviceCollection.PCIeDeviceCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.PCIeDevicesURI, ODataType: "#PCIeDeviceCollection.PCIeDeviceCollection",
 			Name: "PCIe Devices", Members: members,
 			Expand: func(uri string) (any, error) {
 				if o, ok := byURI[uri]; ok {
@@ -34,7 +35,7 @@ func (s *Server) pcieDeviceRoutes() {
 				return s.dcdDevice(), nil
 			}})
 	})
-	s.Handle(http.MethodGet, DCDURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.DCDURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.dcdDevice())
 	})
 }
@@ -63,7 +64,7 @@ func (s *Server) dcdDevice() redfish.Obj {
 	blocks := make([]redfish.Obj, 0, len(box.Regions))
 	sor := make([]redfish.Obj, 0, len(box.Regions))
 	for _, r := range box.Regions {
-		blocks = append(blocks, redfish.Obj{"RegionNumber": r.Index, "BlockSizeMiB": []uint64{mib(r.BlockSize)}})
+		blocks = append(blocks, redfish.Obj{"RegionNumber": r.Index, "BlockSizeMiB": []uint64{pool.MiB(r.BlockSize)}})
 		sor = append(sor, redfish.Obj{"RegionNumber": r.Index, "SanitizationOnReleaseSupported": r.SanitizeOnRelease || r.SoRConfigurable})
 	}
 	st := "Enabled"
@@ -71,16 +72,16 @@ func (s *Server) dcdDevice() redfish.Obj {
 		st = "UnavailableOffline"
 	}
 	return redfish.Obj{
-		"@odata.id":       DCDURI,
+		"@odata.id":       pool.DCDURI,
 		"@odata.type":     "#PCIeDevice.v1_21_0.PCIeDevice",
 		"Id":              "DCD",
 		"Name":            "Multi-headed Dynamic Capacity Device",
 		"Description":     "The CXL Type 3 memory device whose dynamic capacity the pool hands out",
 		"DeviceType":      "SingleFunction",
 		"Model":           fmt.Sprintf("%04X:%04X", id.VendorID, id.DeviceID),
-		"SerialNumber":    serialString(id.Serial),
+		"SerialNumber":    pool.SerialString(id.Serial),
 		"FirmwareVersion": id.FirmwareRevision,
-		"Status":          status(st),
+		"Status":          pool.Status(st),
 		"CXLDevice": redfish.Obj{
 			// A device holding dynamic capacity is a memory expander.
 			"DeviceType":              "Type3",
@@ -88,21 +89,21 @@ func (s *Server) dcdDevice() redfish.Obj {
 			"DynamicCapacity": redfish.Obj{
 				"MaxDynamicCapacityRegions":        len(box.Regions),
 				"MaxHosts":                         len(box.Heads),
-				"TotalDynamicCapacityMiB":          mib(box.TotalDynamic),
+				"TotalDynamicCapacityMiB":          pool.MiB(box.TotalDynamic),
 				"AddCapacityPoliciesSupported":     policies(box.AddPolicies, addPolicyNames),
 				"ReleaseCapacityPoliciesSupported": policies(box.ReleasePolicies, releasePolicyNames),
 				"MemoryBlockSizesSupported":        blocks,
 				"SanitizationOnReleaseSupport":     sor,
 			},
 		},
-		"CXLLogicalDevices": redfish.Link(LogicalDevicesURI),
-		"Links":             redfish.Obj{"Chassis": redfish.Links(ChassisURI)},
+		"CXLLogicalDevices": redfish.Link(pool.LogicalDevicesURI),
+		"Links":             redfish.Obj{"Chassis": redfish.Links(pool.ChassisURI)},
 		"Oem": oemschema.Oem("DynamicCapacityDevice", redfish.Obj{
 			"VendorId":          hex4(id.VendorID),
 			"DeviceId":          hex4(id.DeviceID),
 			"SubsystemVendorId": hex4(id.SubsystemVendorID),
 			"SubsystemId":       hex4(id.SubsysID),
-			"TotalCapacityMiB":  mib(id.TotalCapacity),
+			"TotalCapacityMiB":  pool.MiB(id.TotalCapacity),
 			"ExtentsPerHost":    box.ExtentsPerHost,
 			"TagsPerHost":       box.TagsPerHost,
 		}),

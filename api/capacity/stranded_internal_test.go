@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/rdma"
@@ -47,11 +48,11 @@ func TestUnrestoredEvent(t *testing.T) {
 	}
 	ev := unrestoredEvent(rdma.Unrestored{ID: "0123456789abcdef", Chunk: 5, Client: "rack7", Reason: "expired"})
 	m := reg.Resolve(redfish.Msg{Key: ev.MessageKey, Args: ev.Args})
-	if m.MessageSeverity != "Warning" || !strings.Contains(m.Message, ExportURI("0123456789abcdef")) ||
+	if m.MessageSeverity != "Warning" || !strings.Contains(m.Message, pool.ExportURI("0123456789abcdef")) ||
 		!strings.Contains(m.Message, "not restored after the restart: expired") {
 		t.Errorf("got %s %q, want a Warning naming the export and why", m.MessageSeverity, m.Message)
 	}
-	if ev.Origin != ChunkURI(5) || !strings.Contains(ev.Resolution, "poolctl export create 5 --client rack7") {
+	if ev.Origin != pool.ChunkURI(5) || !strings.Contains(ev.Resolution, "poolctl export create 5 --client rack7") {
 		t.Errorf("origin %q, resolution %q", ev.Origin, ev.Resolution)
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -48,7 +49,7 @@ import (
 // chunk's active grants.
 
 // FreeStrandedURI is the target of the #CxlPool.FreeStrandedChunks action.
-const FreeStrandedURI = MemoryDomainURI + "/Actions/Oem/CxlPool.FreeStrandedChunks"
+const FreeStrandedURI = pool.MemoryDomainURI + "/Actions/Oem/CxlPool.FreeStrandedChunks"
 
 // Event messages of lost capacity.
 const (
@@ -142,16 +143,16 @@ func (c *capacity) announceLost(g dcd.Grant) {
 		return
 	}
 	host := g.Host
-	uri := ChunkURI(g.Chunk)
+	uri := pool.ChunkURI(g.Chunk)
 	reason := g.Reason
 	if reason == "" {
 		reason = "the device no longer holds this capacity"
 	}
-	c.s.Publish(redfish.Event{MessageKey: MsgStatusCritical, Args: []string{uri, "Critical"}, Origin: uri, Host: hostRef(host),
+	c.s.Publish(redfish.Event{MessageKey: MsgStatusCritical, Args: []string{uri, "Critical"}, Origin: uri, Host: pool.HostRef(host),
 		Resolution: fmt.Sprintf("%s's grant of memory chunk %d (Connection %d) was lost: %s. The host's data in it is gone. "+
 			"While no host holds the chunk it stays reserved and strands its capacity: free it (DELETE %s, or the "+
 			"#CxlPool.FreeStrandedChunks action of %s for every stranded chunk; poolctl free --stranded), or connect it "+
-			"again to give a host new, zeroed memory.", SystemID(g.Host), g.Chunk, g.ID, reason, uri, MemoryDomainURI)})
+			"again to give a host new, zeroed memory.", pool.SystemID(g.Host), g.Chunk, g.ID, reason, uri, pool.MemoryDomainURI)})
 }
 
 // announceStartLosses publishes the events of the grants found lost at
@@ -192,11 +193,11 @@ func (s *Server) announceStartLosses() {
 // unrestoredEvent is the Warning event of an export a restart did not
 // bring back.
 func unrestoredEvent(u rdma.Unrestored) redfish.Event {
-	return redfish.Event{MessageKey: MsgErrorsDetected, Args: []string{ExportURI(u.ID), "not restored after the restart: " + u.Reason},
-		Origin: ChunkURI(u.Chunk),
+	return redfish.Event{MessageKey: MsgErrorsDetected, Args: []string{pool.ExportURI(u.ID), "not restored after the restart: " + u.Reason},
+		Origin: pool.ChunkURI(u.Chunk),
 		Resolution: fmt.Sprintf("Export %s of memory chunk %d to client %s is gone and its token no longer works. "+
 			"If the client still needs the memory, export the chunk again (POST %s; poolctl export create %d --client %s) "+
-			"and give it the new token.", u.ID, u.Chunk, u.Client, RDMAConnectionsURI, u.Chunk, u.Client)}
+			"and give it the new token.", u.ID, u.Chunk, u.Client, pool.RDMAConnectionsURI, u.Chunk, u.Client)}
 }
 
 // strandedMiB sums the stranded chunks of a view.
@@ -218,7 +219,7 @@ func lostGrantsBody(gs []dcd.Grant, p *redfish.Principal) []redfish.Obj {
 		if !p.CanSeeHost(redfish.HostID(g.Host)) {
 			continue
 		}
-		out = append(out, redfish.Obj{"Connection": strconv.FormatInt(int64(g.ID), 10), "SystemId": SystemID(g.Host),
+		out = append(out, redfish.Obj{"Connection": strconv.FormatInt(int64(g.ID), 10), "SystemId": pool.SystemID(g.Host),
 			"Reason": g.Reason, "Lost": g.Updated.UTC().Format(redfish.TimeFormat)})
 	}
 	return out
@@ -261,7 +262,7 @@ func (s *Server) freeStranded(c echo.Context) error {
 		err := s.mgr.DeleteChunk(ctx, id)
 		s.capacity.invalidate()
 		if err != nil {
-			e := FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(id), 10), URI: ChunkURI(id)})
+			e := pool.FromDomain(err, redfish.Target{Type: "MemoryChunks", ID: strconv.FormatInt(int64(id), 10), URI: pool.ChunkURI(id)})
 			if len(freed) > 0 {
 				e.Messages = append(e.Messages, redfish.Msg{Key: "Base.GeneralError", Resolution: fmt.Sprintf(
 					"Before chunk %d refused, these stranded chunks were freed: %v.", id, freed)})
@@ -271,17 +272,17 @@ func (s *Server) freeStranded(c echo.Context) error {
 		if err := s.capacity.dropOwner(context.WithoutCancel(ctx), id); err != nil {
 			s.log.Error("forgetting the owner of a deleted chunk", "chunk", id, "err", err)
 		}
-		freed = append(freed, ChunkURI(id))
+		freed = append(freed, pool.ChunkURI(id))
 		freedBytes += ch.Size
 	}
-	s.log.Info("stranded chunks freed", "chunks", len(freed), "mib", mib(freedBytes), "user", redfish.PrincipalOf(c).User)
+	s.log.Info("stranded chunks freed", "chunks", len(freed), "pool.MiB", pool.MiB(freedBytes), "user", redfish.PrincipalOf(c).User)
 	links := make([]redfish.Obj, 0, len(freed))
 	for _, u := range freed {
 		links = append(links, redfish.Link(u))
 	}
 	return s.WriteResource(c, http.StatusOK, redfish.Obj{
 		"@Message.ExtendedInfo": []redfish.Message{s.Registries().Resolve(redfish.Msg{Key: "Base.Success",
-			Resolution: fmt.Sprintf("Freed %d stranded chunks (%d MiB).", len(freed), mib(freedBytes))})},
-		"Oem": oemschema.Oem("FreedStrandedChunks", redfish.Obj{"FreedChunks": links, "FreedMiB": mib(freedBytes)}),
+			Resolution: fmt.Sprintf("Freed %d stranded chunks (%d MiB).", len(freed), pool.MiB(freedBytes))})},
+		"Oem": oemschema.Oem("FreedStrandedChunks", redfish.Obj{"FreedChunks": links, "FreedMiB": pool.MiB(freedBytes)}),
 	})
 }

@@ -1,10 +1,11 @@
-package api
+package capacity
 
 import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
@@ -17,29 +18,29 @@ func (s *Server) zoneRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ZonesURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.ZonesURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		var members []string
 		for _, ld := range v.visibleHosts(redfish.PrincipalOf(c)) {
-			members = append(members, ZoneURI(ld))
+			members = append(members, pool.ZoneURI(ld))
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: ZonesURI, ODataType: "#ZoneCollection.ZoneCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.ZonesURI, ODataType: "#ZoneCollection.ZoneCollection",
 			Name: "CXL Zones", Members: members,
 			Expand: func(uri string) (any, error) {
-				id, _ := refID(uri, ZonesURI)
-				h, _ := ParseSystemID(id)
+				id, _ := pool.RefID(uri, pool.ZonesURI)
+				h, _ := pool.ParseSystemID(id)
 				return zone(v, h), nil
 			}})
 	})
-	s.Handle(http.MethodGet, ZonesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.ZonesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
-		h, err := ParseSystemID(c.Param("id"))
+		h, err := pool.ParseSystemID(c.Param("id"))
 		if err != nil || !hostVisible(redfish.PrincipalOf(c), v, h) {
 			return redfish.ErrResourceNotFound("Zone", c.Param("id"))
 		}
@@ -50,13 +51,13 @@ func (s *Server) zoneRoutes() {
 func zone(v *poolView, h dcd.HostID) redfish.Obj {
 	head, _ := v.head(h)
 	return redfish.Obj{
-		"@odata.id":   ZoneURI(h),
+		"@odata.id":   pool.ZoneURI(h),
 		"@odata.type": "#Zone.v1_6_3.Zone",
-		"Id":          SystemID(h),
-		"Name":        SystemID(h) + " Zone",
-		"Description": "What " + SystemID(h) + " can reach: its own logical device",
+		"Id":          pool.SystemID(h),
+		"Name":        pool.SystemID(h) + " Zone",
+		"Description": "What " + pool.SystemID(h) + " can reach: its own logical device",
 		"ZoneType":    "ZoneOfEndpoints",
-		"Status":      status(linkState(head)),
-		"Links":       redfish.Obj{"Endpoints": redfish.Links(InitiatorURI(h), TargetURI(h))},
+		"Status":      pool.Status(linkState(head)),
+		"Links":       redfish.Obj{"Endpoints": redfish.Links(pool.InitiatorURI(h), pool.TargetURI(h))},
 	}
 }

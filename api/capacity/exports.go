@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -46,7 +47,7 @@ import (
 // export service.
 
 // RemoteClientURI is the initiator Endpoint of a remote client.
-func RemoteClientURI(name string) string { return RDMAEndpointsURI + "/" + name }
+func RemoteClientURI(name string) string { return pool.RDMAEndpointsURI + "/" + name }
 
 // maxClientName bounds a remote client's name, which is also its
 // endpoint's Id.
@@ -55,7 +56,7 @@ const maxClientName = 64
 // validClientName accepts names that can be an Id as they are: 1-64 of
 // [A-Za-z0-9._-], starting with a letter or digit, and not the target's.
 func validClientName(name string) bool {
-	if name == "" || len(name) > maxClientName || name == PoolTargetID {
+	if name == "" || len(name) > maxClientName || name == pool.PoolTargetID {
 		return false
 	}
 	for i, c := range []byte(name) {
@@ -78,13 +79,13 @@ const maxExportTTL = 100 * 366 * 24 * time.Hour
 type exportCreate struct {
 	ConnectionType  string `json:"ConnectionType" enum:"Memory"`
 	MemoryChunkInfo []struct {
-		MemoryChunk        *odataRef `json:"MemoryChunk" rf:"required"`
-		AccessCapabilities []string  `json:"AccessCapabilities" enum:"Read|Write"`
-		AccessState        any       `json:"AccessState" rf:"readonly"`
+		MemoryChunk        *pool.ODataRef `json:"MemoryChunk" rf:"required"`
+		AccessCapabilities []string       `json:"AccessCapabilities" enum:"Read|Write"`
+		AccessState        any            `json:"AccessState" rf:"readonly"`
 	} `json:"MemoryChunkInfo" rf:"required"`
 	Links *struct {
-		InitiatorEndpoints []odataRef `json:"InitiatorEndpoints"`
-		TargetEndpoints    []odataRef `json:"TargetEndpoints"`
+		InitiatorEndpoints []pool.ODataRef `json:"InitiatorEndpoints"`
+		TargetEndpoints    []pool.ODataRef `json:"TargetEndpoints"`
 	} `json:"Links"`
 	Oem *struct {
 		CxlPool *exportCreateOem `json:"CxlPool"`
@@ -113,15 +114,15 @@ func (s *Server) exportRoutes() {
 	if s.cfg.Exports == nil || s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, RDMAFabricURI, redfish.PrivApplianceView, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.RDMAFabricURI, redfish.PrivApplianceView, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.rdmaFabric())
 	})
-	s.Handle(http.MethodGet, RDMAEndpointsURI, redfish.PrivApplianceView, s.getRDMAEndpoints)
-	s.Handle(http.MethodGet, RDMAEndpointsURI+"/:id", redfish.PrivApplianceView, s.getRDMAEndpoint)
-	s.Handle(http.MethodGet, RDMAConnectionsURI, redfish.PrivApplianceView, s.getExports)
-	s.Handle(http.MethodPost, RDMAConnectionsURI, redfish.PrivConfigureComponents, s.postExport)
-	s.Handle(http.MethodGet, RDMAConnectionsURI+"/:id", redfish.PrivApplianceView, s.getExport)
-	s.Handle(http.MethodDelete, RDMAConnectionsURI+"/:id", redfish.PrivConfigureComponents, s.deleteExport)
+	s.Handle(http.MethodGet, pool.RDMAEndpointsURI, redfish.PrivApplianceView, s.getRDMAEndpoints)
+	s.Handle(http.MethodGet, pool.RDMAEndpointsURI+"/:id", redfish.PrivApplianceView, s.getRDMAEndpoint)
+	s.Handle(http.MethodGet, pool.RDMAConnectionsURI, redfish.PrivApplianceView, s.getExports)
+	s.Handle(http.MethodPost, pool.RDMAConnectionsURI, redfish.PrivConfigureComponents, s.postExport)
+	s.Handle(http.MethodGet, pool.RDMAConnectionsURI+"/:id", redfish.PrivApplianceView, s.getExport)
+	s.Handle(http.MethodDelete, pool.RDMAConnectionsURI+"/:id", redfish.PrivConfigureComponents, s.deleteExport)
 }
 
 // exportFabrics are the Fabrics members the RDMA fabric adds for p.
@@ -129,12 +130,12 @@ func (s *Server) exportFabrics(p *redfish.Principal) []string {
 	if s.cfg.Exports == nil || s.capacity == nil || !p.Has(redfish.PrivApplianceView) {
 		return nil
 	}
-	return []string{RDMAFabricURI}
+	return []string{pool.RDMAFabricURI}
 }
 
 // expandFabric is a Fabrics member for $expand.
 func (s *Server) expandFabric(uri string) (any, error) {
-	if uri == RDMAFabricURI {
+	if uri == pool.RDMAFabricURI {
 		return s.rdmaFabric(), nil
 	}
 	return s.fabric(), nil
@@ -162,16 +163,16 @@ func (s *Server) rdmaFabric() redfish.Obj {
 		oem["Address"] = a.String()
 	}
 	return redfish.Obj{
-		"@odata.id":   RDMAFabricURI,
+		"@odata.id":   pool.RDMAFabricURI,
 		"@odata.type": "#Fabric.v1_4_0.Fabric",
 		"Id":          "RDMA",
 		"Name":        "RDMA Fabric",
 		"Description": "Remote racks' one-sided READ, WRITE and atomics on exported pool memory over the network",
 		"FabricType":  s.exportProtocol(),
-		"Status":      status(s.exportState()),
-		"Endpoints":   redfish.Link(RDMAEndpointsURI),
-		"Connections": redfish.Link(RDMAConnectionsURI),
-		"Links":       redfish.Obj{"ManagedBy": redfish.Links(managerURI)},
+		"Status":      pool.Status(s.exportState()),
+		"Endpoints":   redfish.Link(pool.RDMAEndpointsURI),
+		"Connections": redfish.Link(pool.RDMAConnectionsURI),
+		"Links":       redfish.Obj{"ManagedBy": redfish.Links(pool.ManagerURI)},
 		"Oem":         oemschema.Oem("Fabric", oem),
 	}
 }
@@ -189,7 +190,7 @@ func (s *Server) exportsByClient() (map[string][]rdma.Export, []rdma.Export) {
 
 func (s *Server) getRDMAEndpoints(c echo.Context) error {
 	by, all := s.exportsByClient()
-	members := []string{PoolTargetURI}
+	members := []string{pool.PoolTargetURI}
 	names := make([]string, 0, len(by))
 	for name := range by {
 		names = append(names, name)
@@ -198,13 +199,13 @@ func (s *Server) getRDMAEndpoints(c echo.Context) error {
 	for _, name := range names {
 		members = append(members, RemoteClientURI(name))
 	}
-	return s.WriteCollection(c, redfish.Collection{ODataID: RDMAEndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
+	return s.WriteCollection(c, redfish.Collection{ODataID: pool.RDMAEndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
 		Name: "RDMA Endpoints", Members: members,
 		Expand: func(uri string) (any, error) {
-			if uri == PoolTargetURI {
+			if uri == pool.PoolTargetURI {
 				return s.poolTarget(all), nil
 			}
-			name, _ := refID(uri, RDMAEndpointsURI)
+			name, _ := pool.RefID(uri, pool.RDMAEndpointsURI)
 			return s.remoteClient(name, by[name]), nil
 		}})
 }
@@ -212,7 +213,7 @@ func (s *Server) getRDMAEndpoints(c echo.Context) error {
 func (s *Server) getRDMAEndpoint(c echo.Context) error {
 	id := c.Param("id")
 	by, all := s.exportsByClient()
-	if id == PoolTargetID {
+	if id == pool.PoolTargetID {
 		return s.WriteResource(c, http.StatusOK, s.poolTarget(all))
 	}
 	xs := by[id]
@@ -228,7 +229,7 @@ func (s *Server) poolTarget(all []rdma.Export) redfish.Obj {
 	conns := make([]string, 0, len(all))
 	var chunks []dcd.ChunkID
 	for _, x := range all {
-		conns = append(conns, ExportURI(x.ID))
+		conns = append(conns, pool.ExportURI(x.ID))
 		if !slices.Contains(chunks, x.Chunk) {
 			chunks = append(chunks, x.Chunk)
 		}
@@ -236,17 +237,17 @@ func (s *Server) poolTarget(all []rdma.Export) redfish.Obj {
 	slices.Sort(chunks)
 	entities := make([]redfish.Obj, 0, len(chunks))
 	for _, ch := range chunks {
-		entities = append(entities, redfish.Obj{"EntityType": "MemoryChunk", "EntityRole": "Target", "EntityLink": redfish.Link(ChunkURI(ch))})
+		entities = append(entities, redfish.Obj{"EntityType": "MemoryChunk", "EntityRole": "Target", "EntityLink": redfish.Link(pool.ChunkURI(ch))})
 	}
 	o := redfish.Obj{
-		"@odata.id":         PoolTargetURI,
+		"@odata.id":         pool.PoolTargetURI,
 		"@odata.type":       "#Endpoint.v1_8_2.Endpoint",
-		"Id":                PoolTargetID,
+		"Id":                pool.PoolTargetID,
 		"Name":              "Pool Memory Target",
 		"Description":       "The box's export server, through which remote clients reach exported pool memory",
 		"EndpointProtocol":  s.exportProtocol(),
 		"ConnectedEntities": entities,
-		"Status":            status(s.exportState()),
+		"Status":            pool.Status(s.exportState()),
 		"Links":             redfish.Obj{"Connections": redfish.Links(conns...)},
 	}
 	if td := s.exportTransport(); td != nil {
@@ -280,7 +281,7 @@ func (s *Server) exportTransport() redfish.Obj {
 func (s *Server) remoteClient(name string, xs []rdma.Export) redfish.Obj {
 	conns := make([]string, 0, len(xs))
 	for _, x := range xs {
-		conns = append(conns, ExportURI(x.ID))
+		conns = append(conns, pool.ExportURI(x.ID))
 	}
 	return redfish.Obj{
 		"@odata.id":         RemoteClientURI(name),
@@ -290,7 +291,7 @@ func (s *Server) remoteClient(name string, xs []rdma.Export) redfish.Obj {
 		"Description":       "A remote client that reaches exported pool memory over the network",
 		"EndpointProtocol":  s.exportProtocol(),
 		"ConnectedEntities": []redfish.Obj{{"EntityType": "NetworkController", "EntityRole": "Initiator"}},
-		"Status":            status("Enabled"),
+		"Status":            pool.Status("Enabled"),
 		"Links":             redfish.Obj{"Connections": redfish.Links(conns...)},
 	}
 }
@@ -300,11 +301,11 @@ func (s *Server) getExports(c echo.Context) error {
 	members := make([]string, 0, len(all))
 	byURI := make(map[string]rdma.Export, len(all))
 	for _, x := range all {
-		u := ExportURI(x.ID)
+		u := pool.ExportURI(x.ID)
 		members = append(members, u)
 		byURI[u] = x
 	}
-	return s.WriteCollection(c, redfish.Collection{ODataID: RDMAConnectionsURI,
+	return s.WriteCollection(c, redfish.Collection{ODataID: pool.RDMAConnectionsURI,
 		ODataType: "#ConnectionCollection.ConnectionCollection", Name: "RDMA Connections", Members: members,
 		Expand: func(uri string) (any, error) {
 			x := byURI[uri]
@@ -349,9 +350,9 @@ func (s *Server) deleteExport(c echo.Context) error {
 		if errors.Is(err, rdma.ErrNotFound) {
 			return redfish.ErrResourceNotFound("Connection", string(id)) // revoked meanwhile
 		}
-		return FromDomain(err, redfish.Target{Type: "Connection", ID: string(id), URI: ExportURI(id)})
+		return pool.FromDomain(err, redfish.Target{Type: "Connection", ID: string(id), URI: pool.ExportURI(id)})
 	}
-	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceRemoved, Origin: ExportURI(id)})
+	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceRemoved, Origin: pool.ExportURI(id)})
 	return s.NoContent(c)
 }
 
@@ -382,14 +383,14 @@ func (s *Server) postExport(c echo.Context) error {
 		return err
 	}
 	const chunkProp = "MemoryChunkInfo/0/MemoryChunk"
-	id, ok := refID(info.MemoryChunk.ID, ChunksURI)
+	id, ok := pool.RefID(info.MemoryChunk.ID, pool.ChunksURI)
 	if !ok {
 		return redfish.ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
 	}
-	n, ok := parseID(id)
+	n, ok := pool.ParseID(id)
 	ch, found := v.chunk(dcd.ChunkID(n))
 	if !ok || !found {
-		return errMissingAtURI(info.MemoryChunk.ID, chunkProp)
+		return pool.ErrMissingAtURI(info.MemoryChunk.ID, chunkProp)
 	}
 	cr := rdma.CreateRequest{Chunk: ch.ID, Client: client, Perms: perms}
 	if oem.Offset != nil {
@@ -411,9 +412,9 @@ func (s *Server) postExport(c echo.Context) error {
 	}
 	x, err := s.cfg.Exports.Create(ctx, cr)
 	if err != nil {
-		return exportError(err, redfish.Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)})
+		return exportError(err, redfish.Target{Type: "MemoryChunks", ID: id, URI: pool.ChunkURI(ch.ID)})
 	}
-	uri := ExportURI(x.ID)
+	uri := pool.ExportURI(x.ID)
 	s.Publish(redfish.Event{MessageKey: redfish.MsgResourceCreated, Origin: uri})
 	body := exportBody(x, rdma.Traffic{})
 	body["Oem"].(redfish.Obj)["CxlPool"].(redfish.Obj)["Token"] = x.Token.String()
@@ -455,18 +456,18 @@ func (s *Server) exportClient(req exportCreate, oem exportCreateOem) (string, er
 		}
 		if len(l.InitiatorEndpoints) == 1 {
 			ref = l.InitiatorEndpoints[0].ID
-			id, ok := refID(ref, RDMAEndpointsURI)
+			id, ok := pool.RefID(ref, pool.RDMAEndpointsURI)
 			if !ok {
 				return "", redfish.ErrPropertyValueFormat(ref, linkProp)
 			}
-			if id == PoolTargetID {
-				return "", errPropertyValueIncorrect(linkProp, ref)
+			if id == pool.PoolTargetID {
+				return "", pool.ErrPropertyValueIncorrect(linkProp, ref)
 			}
 			linked = id
 		}
 		for i, t := range l.TargetEndpoints {
-			if !refMatches(t.ID, PoolTargetURI) {
-				return "", errPropertyValueIncorrect("Links/TargetEndpoints/"+strconv.Itoa(i), t.ID)
+			if !refMatches(t.ID, pool.PoolTargetURI) {
+				return "", pool.ErrPropertyValueIncorrect("Links/TargetEndpoints/"+strconv.Itoa(i), t.ID)
 			}
 		}
 	}
@@ -484,7 +485,7 @@ func (s *Server) exportClient(req exportCreate, oem exportCreateOem) (string, er
 		return "", redfish.ErrPropertyMissing("Oem/CxlPool/Client")
 	}
 	if by, _ := s.exportsByClient(); len(by[linked]) == 0 {
-		return "", errMissingAtURI(ref, linkProp)
+		return "", pool.ErrMissingAtURI(ref, linkProp)
 	}
 	return linked, nil
 }
@@ -572,7 +573,7 @@ func exportError(err error, t redfish.Target) *redfish.Error {
 		return redfish.NewError(http.StatusBadRequest, redfish.Msg{Key: "Base.GeneralError", Resolution: "The export request is " +
 			"not valid: " + reason + ". Correct the request and resubmit it."}).WithCause(err)
 	}
-	return FromDomain(err, t)
+	return pool.FromDomain(err, t)
 }
 
 // exportBody is an export's Connection, without its token.
@@ -599,22 +600,22 @@ func exportBody(x rdma.Export, tr rdma.Traffic) redfish.Obj {
 		oem["Expiry"] = x.Expiry.UTC().Format(redfish.TimeFormat)
 	}
 	return redfish.Obj{
-		"@odata.id":      ExportURI(x.ID),
+		"@odata.id":      pool.ExportURI(x.ID),
 		"@odata.type":    "#Connection.v1_4_0.Connection",
 		"Id":             id,
 		"Name":           "Export " + id,
 		"Description":    fmt.Sprintf("Memory chunk %d for remote client %s", x.Chunk, x.Client),
 		"ConnectionType": "Memory",
 		"MemoryChunkInfo": []redfish.Obj{{
-			"MemoryChunk":        redfish.Link(ChunkURI(x.Chunk)),
+			"MemoryChunk":        redfish.Link(pool.ChunkURI(x.Chunk)),
 			"AccessCapabilities": caps,
 			"AccessState":        "Optimized",
 		}},
 		"Links": redfish.Obj{
 			"InitiatorEndpoints": redfish.Links(RemoteClientURI(x.Client)),
-			"TargetEndpoints":    redfish.Links(PoolTargetURI),
+			"TargetEndpoints":    redfish.Links(pool.PoolTargetURI),
 		},
-		"Status": status("Enabled"),
+		"Status": pool.Status("Enabled"),
 		"Oem":    oemschema.Oem("Export", oem),
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -45,13 +46,13 @@ const connectionReleaseGiveUp = 10 * time.Minute
 type connectionCreate struct {
 	ConnectionType  string `json:"ConnectionType" enum:"Memory"`
 	MemoryChunkInfo []struct {
-		MemoryChunk        *odataRef `json:"MemoryChunk" rf:"required"`
-		AccessCapabilities []string  `json:"AccessCapabilities" enum:"Read|Write"`
-		AccessState        any       `json:"AccessState" rf:"readonly"`
+		MemoryChunk        *pool.ODataRef `json:"MemoryChunk" rf:"required"`
+		AccessCapabilities []string       `json:"AccessCapabilities" enum:"Read|Write"`
+		AccessState        any            `json:"AccessState" rf:"readonly"`
 	} `json:"MemoryChunkInfo" rf:"required"`
 	Links *struct {
-		InitiatorEndpoints []odataRef `json:"InitiatorEndpoints" rf:"required"`
-		TargetEndpoints    []odataRef `json:"TargetEndpoints"`
+		InitiatorEndpoints []pool.ODataRef `json:"InitiatorEndpoints" rf:"required"`
+		TargetEndpoints    []pool.ODataRef `json:"TargetEndpoints"`
 	} `json:"Links" rf:"required"`
 	ID     any `json:"Id" rf:"readonly"`
 	Name   any `json:"Name" rf:"readonly"`
@@ -63,10 +64,10 @@ func (s *Server) connectionRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, ConnectionsURI, redfish.PrivLogin, s.getConnections)
-	s.Handle(http.MethodPost, ConnectionsURI, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postConnection)
-	s.Handle(http.MethodGet, ConnectionsURI+"/:id", redfish.PrivLogin, s.getConnection)
-	s.Handle(http.MethodDelete, ConnectionsURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteConnection)
+	s.Handle(http.MethodGet, pool.ConnectionsURI, redfish.PrivLogin, s.getConnections)
+	s.Handle(http.MethodPost, pool.ConnectionsURI, redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.postConnection)
+	s.Handle(http.MethodGet, pool.ConnectionsURI+"/:id", redfish.PrivLogin, s.getConnection)
+	s.Handle(http.MethodDelete, pool.ConnectionsURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteConnection)
 }
 
 func (s *Server) getConnections(c echo.Context) error {
@@ -75,11 +76,11 @@ func (s *Server) getConnections(c echo.Context) error {
 		return err
 	}
 	p := redfish.PrincipalOf(c)
-	col, err := v.cachedCollection(p, "connections", redfish.Collection{ODataID: ConnectionsURI,
+	col, err := v.cachedCollection(p, "connections", redfish.Collection{ODataID: pool.ConnectionsURI,
 		ODataType: "#ConnectionCollection.ConnectionCollection", Name: "CXL Connections",
 		Expand: func(uri string) (any, error) {
-			id, _ := refID(uri, ConnectionsURI)
-			n, _ := parseID(id)
+			id, _ := pool.RefID(uri, pool.ConnectionsURI)
+			n, _ := pool.ParseID(id)
 			g, _ := v.grant(dcd.GrantID(n))
 			ch, _ := v.chunk(g.Chunk)
 			return connectionBody(g, ch), nil
@@ -87,7 +88,7 @@ func (s *Server) getConnections(c echo.Context) error {
 		members := make([]string, 0, len(v.grants))
 		for _, g := range v.grants {
 			if p.CanSeeHost(redfish.HostID(g.Host)) {
-				members = append(members, ConnectionURI(g.ID))
+				members = append(members, pool.ConnectionURI(g.ID))
 			}
 		}
 		return members
@@ -105,7 +106,7 @@ func (s *Server) lookupConnection(c echo.Context) (dcd.Grant, dcd.Chunk, error) 
 	if err != nil {
 		return dcd.Grant{}, dcd.Chunk{}, err
 	}
-	n, ok := parseID(c.Param("id"))
+	n, ok := pool.ParseID(c.Param("id"))
 	g, found := v.grant(dcd.GrantID(n))
 	if !ok || !found || !redfish.PrincipalOf(c).CanSeeHost(redfish.HostID(g.Host)) {
 		return dcd.Grant{}, dcd.Chunk{}, redfish.ErrResourceNotFound("Connection", c.Param("id"))
@@ -148,7 +149,7 @@ func (s *Server) postConnection(c echo.Context) error {
 	info := req.MemoryChunkInfo[0]
 	// CXL memory is read-write: a host either maps the capacity or not.
 	if caps := info.AccessCapabilities; caps != nil && !(slices.Contains(caps, "Read") && slices.Contains(caps, "Write")) {
-		return errPropertyValueIncorrect("MemoryChunkInfo/0/AccessCapabilities", strings.Join(caps, ","))
+		return pool.ErrPropertyValueIncorrect("MemoryChunkInfo/0/AccessCapabilities", strings.Join(caps, ","))
 	}
 	inits := req.Links.InitiatorEndpoints
 	if len(inits) == 0 {
@@ -161,28 +162,28 @@ func (s *Server) postConnection(c echo.Context) error {
 		return err
 	}
 	const chunkProp = "MemoryChunkInfo/0/MemoryChunk"
-	id, ok := refID(info.MemoryChunk.ID, ChunksURI)
+	id, ok := pool.RefID(info.MemoryChunk.ID, pool.ChunksURI)
 	if !ok {
 		return redfish.ErrPropertyValueFormat(info.MemoryChunk.ID, chunkProp)
 	}
-	n, ok := parseID(id)
+	n, ok := pool.ParseID(id)
 	ch, found := v.chunk(dcd.ChunkID(n))
 	if !ok || !found || !s.chunkVisible(p, v, ch) {
-		return errMissingAtURI(info.MemoryChunk.ID, chunkProp)
+		return pool.ErrMissingAtURI(info.MemoryChunk.ID, chunkProp)
 	}
 	hosts := make([]dcd.HostID, 0, len(inits))
 	for i, ref := range inits {
 		prop := "Links/InitiatorEndpoints/" + strconv.Itoa(i)
-		eid, ok := refID(ref.ID, EndpointsURI)
+		eid, ok := pool.RefID(ref.ID, pool.EndpointsURI)
 		if !ok {
 			return redfish.ErrPropertyValueFormat(ref.ID, prop)
 		}
 		h, initiator, ok := parseEndpointID(eid)
 		if !ok || !hostVisible(p, v, h) {
-			return errMissingAtURI(ref.ID, prop)
+			return pool.ErrMissingAtURI(ref.ID, prop)
 		}
 		if !initiator {
-			return errPropertyValueIncorrect(prop, ref.ID)
+			return pool.ErrPropertyValueIncorrect(prop, ref.ID)
 		}
 		if j := slices.Index(hosts, h); j >= 0 {
 			return redfish.ErrPropertyValueConflict(prop, "Links/InitiatorEndpoints/"+strconv.Itoa(j))
@@ -190,11 +191,11 @@ func (s *Server) postConnection(c echo.Context) error {
 		hosts = append(hosts, h)
 	}
 	for i, ref := range req.Links.TargetEndpoints {
-		if !slices.ContainsFunc(hosts, func(h dcd.HostID) bool { return refMatches(ref.ID, TargetURI(h)) }) {
+		if !slices.ContainsFunc(hosts, func(h dcd.HostID) bool { return refMatches(ref.ID, pool.TargetURI(h)) }) {
 			return redfish.ErrPropertyValueConflict("Links/TargetEndpoints/"+strconv.Itoa(i), "Links/InitiatorEndpoints")
 		}
 	}
-	chunkTarget := redfish.Target{Type: "MemoryChunks", ID: id, URI: ChunkURI(ch.ID)}
+	chunkTarget := redfish.Target{Type: "MemoryChunks", ID: id, URI: pool.ChunkURI(ch.ID)}
 	if len(hosts) > 1 && !ch.Sharable {
 		return errNotSharable(v, ch, chunkTarget, "").WithCause(
 			fmt.Errorf("connect chunk %d to %d hosts: %w", ch.ID, len(hosts), dcd.ErrNotSharable))
@@ -212,14 +213,14 @@ func (s *Server) postConnection(c echo.Context) error {
 	s.capacity.invalidate()
 	names := make([]string, len(hosts))
 	for i, h := range hosts {
-		names[i] = SystemID(h)
+		names[i] = pool.SystemID(h)
 	}
 	opts := redfish.TaskOptions{
 		Name:   fmt.Sprintf("Connect memory chunk %d to %s", ch.ID, strings.Join(names, ", ")),
-		Target: redfish.Target{Type: "Connection", ID: strconv.FormatInt(int64(begun[0].ID), 10), URI: ConnectionURI(begun[0].ID)},
+		Target: redfish.Target{Type: "Connection", ID: strconv.FormatInt(int64(begun[0].ID), 10), URI: pool.ConnectionURI(begun[0].ID)},
 	}
 	if len(hosts) == 1 {
-		opts.Host = hostRef(hosts[0])
+		opts.Host = pool.HostRef(hosts[0])
 	}
 	t := s.StartTask(c, opts, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 		return s.finishGrants(ctx, ch, begun)
@@ -236,7 +237,7 @@ func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t redfish.
 		holder := ""
 		for _, g := range v.chunkGrants(ch.ID) {
 			if g.Host != h {
-				holder = SystemID(g.Host)
+				holder = pool.SystemID(g.Host)
 				break
 			}
 		}
@@ -248,9 +249,9 @@ func grantRefused(v *poolView, ch dcd.Chunk, h dcd.HostID, err error, t redfish.
 				used += c.Size
 			}
 		}
-		return errQuota(h, v.quota(h), used, ch.Size).WithCause(err)
+		return pool.ErrQuota(h, v.quota(h), used, ch.Size).WithCause(err)
 	}
-	return FromDomain(err, t)
+	return pool.FromDomain(err, t)
 }
 
 // errNotSharable is 409 for connecting a chunk of a region that is not
@@ -306,9 +307,9 @@ func (s *Server) finishGrants(ctx context.Context, ch dcd.Chunk, begun []dcd.Gra
 	}
 	msgs := make([]redfish.Msg, 0, len(done))
 	for _, g := range done {
-		msgs = append(msgs, redfish.M("ResourceEvent.ResourceStateChanged", ConnectionURI(g.ID), "Enabled"))
+		msgs = append(msgs, redfish.M("ResourceEvent.ResourceStateChanged", pool.ConnectionURI(g.ID), "Enabled"))
 	}
-	return redfish.TaskResult{Status: http.StatusCreated, Location: ConnectionURI(done[0].ID),
+	return redfish.TaskResult{Status: http.StatusCreated, Location: pool.ConnectionURI(done[0].ID),
 		Body: connectionBody(done[0], ch), Messages: msgs}, nil
 }
 
@@ -374,11 +375,11 @@ func (s *Server) deleteConnection(c echo.Context) error {
 	if err := s.IfMatch(c, connectionBody(g, ch)); err != nil {
 		return err
 	}
-	target := redfish.Target{Type: "Connection", ID: c.Param("id"), URI: ConnectionURI(g.ID)}
+	target := redfish.Target{Type: "Connection", ID: c.Param("id"), URI: pool.ConnectionURI(g.ID)}
 	_, err = s.mgr.BeginRelease(c.Request().Context(), g.ID)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, target)
+		return pool.FromDomain(err, target)
 	}
 	return s.releaseTask(c, g, target, "Release")
 }
@@ -388,8 +389,8 @@ func (s *Server) deleteConnection(c echo.Context) error {
 func (s *Server) releaseTask(c echo.Context, g dcd.Grant, target redfish.Target, verb string) error {
 	host := g.Host
 	t := s.StartTask(c, redfish.TaskOptions{
-		Name:   fmt.Sprintf("%s memory chunk %d from %s", verb, g.Chunk, SystemID(g.Host)),
-		Host:   hostRef(host),
+		Name:   fmt.Sprintf("%s memory chunk %d from %s", verb, g.Chunk, pool.SystemID(g.Host)),
+		Host:   pool.HostRef(host),
 		Target: target,
 	}, func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 		ng, err := s.awaitRelease(ctx, g.ID)
@@ -424,30 +425,30 @@ func connectionBody(g dcd.Grant, ch dcd.Chunk) redfish.Obj {
 	state, access := connectionState(g)
 	oem := redfish.Obj{
 		"GrantState":  string(g.State),
-		"GrantedMiB":  mib(g.Size()),
+		"GrantedMiB":  pool.MiB(g.Size()),
 		"ExtentCount": len(g.Extents),
 		"Created":     g.Created.UTC().Format(redfish.TimeFormat),
 	}
 	if g.State == dcd.GrantGranted {
-		oem["Memory"] = redfish.Link(SystemMemoryURI(g.Host, g.Chunk))
+		oem["Memory"] = redfish.Link(pool.SystemMemoryURI(g.Host, g.Chunk))
 	}
 	return redfish.Obj{
-		"@odata.id":      ConnectionURI(g.ID),
+		"@odata.id":      pool.ConnectionURI(g.ID),
 		"@odata.type":    "#Connection.v1_4_0.Connection",
 		"Id":             id,
 		"Name":           "Connection " + id,
-		"Description":    fmt.Sprintf("Memory chunk %d for %s", ch.ID, SystemID(g.Host)),
+		"Description":    fmt.Sprintf("Memory chunk %d for %s", ch.ID, pool.SystemID(g.Host)),
 		"ConnectionType": "Memory",
 		"MemoryChunkInfo": []redfish.Obj{{
-			"MemoryChunk":        redfish.Link(ChunkURI(ch.ID)),
+			"MemoryChunk":        redfish.Link(pool.ChunkURI(ch.ID)),
 			"AccessCapabilities": []string{"Read", "Write"},
 			"AccessState":        access,
 		}},
 		"Links": redfish.Obj{
-			"InitiatorEndpoints": redfish.Links(InitiatorURI(g.Host)),
-			"TargetEndpoints":    redfish.Links(TargetURI(g.Host)),
+			"InitiatorEndpoints": redfish.Links(pool.InitiatorURI(g.Host)),
+			"TargetEndpoints":    redfish.Links(pool.TargetURI(g.Host)),
 		},
-		"Status": status(state),
+		"Status": pool.Status(state),
 		"Oem":    oemschema.Oem("Connection", oem),
 	}
 }

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 )
 
@@ -63,7 +64,7 @@ func (s *Server) systemPatchRoutes() {
 	}
 	// Host accounts pass the route's check so that the handler can answer
 	// 404 for other hosts' systems before 403 for their own.
-	s.Handle(http.MethodPatch, SystemsURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.patchSystem)
+	s.Handle(http.MethodPatch, pool.SystemsURI+"/:id", redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.patchSystem)
 }
 
 func (s *Server) patchSystem(c echo.Context) error {
@@ -89,16 +90,16 @@ func (s *Server) patchSystem(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, current) // nothing to change
 	}
 	n := *req.Oem.CxlPool.QuotaMiB
-	if n < 0 || uint64(n) > mib(v.usage().total) {
+	if n < 0 || uint64(n) > pool.MiB(v.usage().total) {
 		return redfish.ErrPropertyValueOutOfRange(strconv.FormatInt(n, 10), propQuota)
 	}
 	quota := uint64(n) * mebibyte
 	err = s.mgr.SetHostQuota(ctx, h, quota)
 	s.capacity.invalidate()
 	if err != nil {
-		return FromDomain(err, redfish.Target{Type: "ComputerSystem", ID: SystemID(h), URI: SystemURI(h)})
+		return pool.FromDomain(err, redfish.Target{Type: "ComputerSystem", ID: pool.SystemID(h), URI: pool.SystemURI(h)})
 	}
-	s.log.Info("host quota set", "system", SystemID(h), "quota_mib", n, "user", redfish.PrincipalOf(c).User)
+	s.log.Info("host quota set", "system", pool.SystemID(h), "quota_mib", n, "user", redfish.PrincipalOf(c).User)
 	if v, err = s.view(ctx); err != nil {
 		return err
 	}
@@ -118,7 +119,7 @@ func (s *Server) patchSystem(c echo.Context) error {
 	o["@Message.ExtendedInfo"] = []redfish.Message{s.Registries().Resolve(redfish.Msg{Key: "Base.PropertyModified",
 		Resolution: fmt.Sprintf("%s holds or has reserved %d MiB, more than its new quota of %d MiB: it keeps that capacity, "+
 			"but further grants to it are refused until it is under the quota again. Release capacity from %s to get there.",
-			SystemID(h), mib(held), n, SystemID(h))}.WithRelated(propQuota))}
+			pool.SystemID(h), pool.MiB(held), n, pool.SystemID(h))}.WithRelated(propQuota))}
 	body, err := redfish.EncodeJSON(o)
 	if err != nil {
 		return redfish.ErrInternal(err)

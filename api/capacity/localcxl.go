@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/fabric/linuxcxl"
@@ -21,7 +22,7 @@ const localCXLPrefix = "Local-"
 
 // localCXLID is a memdev's PCIeDevice Id; serials are stable where memN
 // names follow probe order.
-func localCXLID(d linuxcxl.MemDev) string { return localCXLPrefix + serialString(d.Serial) }
+func localCXLID(d linuxcxl.MemDev) string { return localCXLPrefix + pool.SerialString(d.Serial) }
 
 // localCXL lists the devices, logging (not failing on) a read error so
 // that the collection still shows the DCD.
@@ -41,7 +42,7 @@ func (s *Server) localCXLRoutes() {
 	if s.capacity == nil || s.cfg.LocalCXL == nil {
 		return
 	}
-	s.Handle(http.MethodGet, PCIeDevicesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.PCIeDevicesURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		id := c.Param("id")
 		if strings.HasPrefix(id, localCXLPrefix) {
 			devs, err := s.cfg.LocalCXL()
@@ -73,13 +74,13 @@ func localCXLDevice(d linuxcxl.MemDev) redfish.Obj {
 		oem["IdentifyError"] = d.IdentifyError
 	}
 	o := redfish.Obj{
-		"@odata.id":    PCIeDevicesURI + "/" + id,
+		"@odata.id":    pool.PCIeDevicesURI + "/" + id,
 		"@odata.type":  "#PCIeDevice.v1_21_0.PCIeDevice",
 		"Id":           id,
 		"Name":         "Local CXL Memory Device " + d.Name,
 		"Description":  "A CXL Type 3 memory device on the management computer, found through the Linux CXL driver",
 		"DeviceType":   "SingleFunction",
-		"SerialNumber": serialString(d.Serial),
+		"SerialNumber": pool.SerialString(d.Serial),
 		"Status":       redfish.Obj{"State": "Enabled", "Health": health},
 		"CXLDevice":    redfish.Obj{"DeviceType": "Type3"},
 		"Oem":          oemschema.Oem("LocalCXLDevice", oem),

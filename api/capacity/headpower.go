@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"cxlpool/api/board"
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/dcd"
@@ -40,10 +41,6 @@ var resetTypes = []string{string(bmc.ResetOn), string(bmc.ResetForceOff), string
 
 const resetAction = "ComputerSystem.Reset"
 
-type resetRequest struct {
-	ResetType *string `json:"ResetType"`
-}
-
 type chassisPatch struct {
 	LocationIndicatorActive *bool `json:"LocationIndicatorActive"`
 	ID                      any   `json:"Id" rf:"readonly"`
@@ -69,15 +66,15 @@ func (s *Server) boardRoutes() {
 	brd.FeedAlarms()
 }
 
-func resetTarget(h dcd.HostID) string { return SystemURI(h) + "/Actions/" + resetAction }
+func resetTarget(h dcd.HostID) string { return pool.SystemURI(h) + "/Actions/" + resetAction }
 
-func (s *Server) headPowerRoutes(b Board) {
-	s.Handle(http.MethodPost, SystemsURI+"/:id/Actions/"+resetAction, redfish.PrivConfigureComponents, func(c echo.Context) error {
+func (s *Server) headPowerRoutes(b board.Board) {
+	s.Handle(http.MethodPost, pool.SystemsURI+"/:id/Actions/"+resetAction, redfish.PrivConfigureComponents, func(c echo.Context) error {
 		_, h, err := s.lookupSystem(c)
 		if err != nil {
 			return err
 		}
-		var req resetRequest
+		var req pool.ResetRequest
 		if err := s.Decode(c, &req); err != nil {
 			return err
 		}
@@ -88,17 +85,17 @@ func (s *Server) headPowerRoutes(b Board) {
 		if !slices.Contains(resetTypes, rt) {
 			return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ActionParameterValueNotInList", rt, "ResetType", resetAction).WithRelated("ResetType"))
 		}
-		target := redfish.Target{Type: "ComputerSystem", ID: SystemID(h), URI: SystemURI(h)}
+		target := redfish.Target{Type: "ComputerSystem", ID: pool.SystemID(h), URI: pool.SystemURI(h)}
 		// What can be known at once is answered at once: no board
 		// controller, no power control for this head.
 		heads, err := b.HeadPower(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, target)
+			return pool.FromDomain(err, target)
 		}
 		if int(h) >= len(heads) {
 			return redfish.NewError(http.StatusBadRequest, redfish.M("Base.ActionNotSupported", resetAction))
 		}
-		t := s.StartTask(c, redfish.TaskOptions{Name: rt + " " + SystemID(h), Host: hostRef(h), Target: target},
+		t := s.StartTask(c, redfish.TaskOptions{Name: rt + " " + pool.SystemID(h), Host: pool.HostRef(h), Target: target},
 			func(ctx context.Context, _ *redfish.Task) (redfish.TaskResult, error) {
 				if err := b.ResetHead(ctx, int(h), bmc.ResetType(rt)); err != nil {
 					return redfish.TaskResult{}, err
@@ -107,7 +104,7 @@ func (s *Server) headPowerRoutes(b Board) {
 			})
 		return s.Accepted(c, t)
 	})
-	s.Handle(http.MethodPatch, ChassisURI, redfish.PrivConfigureComponents, func(c echo.Context) error {
+	s.Handle(http.MethodPatch, pool.ChassisURI, redfish.PrivConfigureComponents, func(c echo.Context) error {
 		var req chassisPatch
 		if err := s.Decode(c, &req); err != nil {
 			return err
@@ -117,9 +114,9 @@ func (s *Server) headPowerRoutes(b Board) {
 		}
 		if req.LocationIndicatorActive != nil {
 			if err := b.SetIdentify(c.Request().Context(), *req.LocationIndicatorActive); err != nil {
-				return FromDomain(err, redfish.Target{Type: "Chassis", ID: "Pool", URI: ChassisURI})
+				return pool.FromDomain(err, redfish.Target{Type: "Chassis", ID: "Pool", URI: pool.ChassisURI})
 			}
-			s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: ChassisURI})
+			s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: pool.ChassisURI})
 		}
 		return s.WriteResource(c, http.StatusOK, s.chassis())
 	})
@@ -143,7 +140,7 @@ func (s *Server) chassisBoard(o redfish.Obj) {
 // (when the board controller answers) and the reset action.
 func (s *Server) systemBoard(ctx context.Context, o redfish.Obj, h dcd.HostID) {
 	b := s.cfg.Board
-	if b == nil || !s.Routed(SystemsURI+"/:id/Actions/"+resetAction) {
+	if b == nil || !s.Routed(pool.SystemsURI+"/:id/Actions/"+resetAction) {
 		return
 	}
 	o["Actions"] = redfish.Obj{"#" + resetAction: redfish.Obj{

@@ -1,4 +1,4 @@
-package api
+package capacity
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
@@ -20,24 +21,24 @@ func (s *Server) endpointRoutes() {
 	if s.capacity == nil {
 		return
 	}
-	s.Handle(http.MethodGet, EndpointsURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.EndpointsURI, redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
 		}
 		var members []string
 		for _, ld := range v.visibleHosts(redfish.PrincipalOf(c)) {
-			members = append(members, InitiatorURI(ld), TargetURI(ld))
+			members = append(members, pool.InitiatorURI(ld), pool.TargetURI(ld))
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: EndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.EndpointsURI, ODataType: "#EndpointCollection.EndpointCollection",
 			Name: "CXL Endpoints", Members: members,
 			Expand: func(uri string) (any, error) {
-				id, _ := refID(uri, EndpointsURI)
+				id, _ := pool.RefID(uri, pool.EndpointsURI)
 				h, initiator, _ := parseEndpointID(id)
 				return endpoint(v, h, initiator), nil
 			}})
 	})
-	s.Handle(http.MethodGet, EndpointsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.EndpointsURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		v, err := s.view(c.Request().Context())
 		if err != nil {
 			return err
@@ -53,11 +54,11 @@ func (s *Server) endpointRoutes() {
 // parseEndpointID reads an Endpoint Id: "Host3" is host 3's initiator,
 // "DCD-LD3" the target of LD 3.
 func parseEndpointID(id string) (h dcd.HostID, initiator, ok bool) {
-	if ld, found := strings.CutPrefix(id, targetPrefix); found {
+	if ld, found := strings.CutPrefix(id, pool.TargetPrefix); found {
 		h, ok = parseLD(ld)
 		return h, false, ok
 	}
-	h, err := ParseSystemID(id)
+	h, err := pool.ParseSystemID(id)
 	return h, true, err == nil
 }
 
@@ -65,31 +66,31 @@ func endpoint(v *poolView, h dcd.HostID, initiator bool) redfish.Obj {
 	head, _ := v.head(h)
 	var conns []string
 	for _, g := range v.hostGrants(h) {
-		conns = append(conns, ConnectionURI(g.ID))
+		conns = append(conns, pool.ConnectionURI(g.ID))
 	}
 	o := redfish.Obj{
 		"@odata.type":      "#Endpoint.v1_8_2.Endpoint",
 		"EndpointProtocol": "CXL",
-		"Status":           status(linkState(head)),
+		"Status":           pool.Status(linkState(head)),
 		"Links": redfish.Obj{
-			"ConnectedPorts": redfish.Links(PortURI(head.Port)),
-			"Zones":          redfish.Links(ZoneURI(h)),
+			"ConnectedPorts": redfish.Links(pool.PortURI(head.Port)),
+			"Zones":          redfish.Links(pool.ZoneURI(h)),
 			"Connections":    redfish.Links(conns...),
 		},
 	}
 	if initiator {
-		o["@odata.id"] = InitiatorURI(h)
-		o["Id"] = SystemID(h)
-		o["Name"] = SystemID(h) + " Initiator"
-		o["Description"] = "The CXL root port of " + SystemID(h)
-		o["ConnectedEntities"] = []redfish.Obj{{"EntityType": "Processor", "EntityRole": "Initiator", "EntityLink": redfish.Link(SystemURI(h))}}
+		o["@odata.id"] = pool.InitiatorURI(h)
+		o["Id"] = pool.SystemID(h)
+		o["Name"] = pool.SystemID(h) + " Initiator"
+		o["Description"] = "The CXL root port of " + pool.SystemID(h)
+		o["ConnectedEntities"] = []redfish.Obj{{"EntityType": "Processor", "EntityRole": "Initiator", "EntityLink": redfish.Link(pool.SystemURI(h))}}
 		return o
 	}
-	id := strings.TrimPrefix(TargetURI(h), EndpointsURI+"/")
-	o["@odata.id"] = TargetURI(h)
+	id := strings.TrimPrefix(pool.TargetURI(h), pool.EndpointsURI+"/")
+	o["@odata.id"] = pool.TargetURI(h)
 	o["Id"] = id
-	o["Name"] = "Logical Device " + id[len(targetPrefix):] + " Target"
-	o["Description"] = "The device's logical device " + SystemID(h) + " reaches"
-	o["ConnectedEntities"] = []redfish.Obj{{"EntityType": "CXLDevice", "EntityRole": "Target", "EntityLink": redfish.Link(LogicalDeviceURI(h))}}
+	o["Name"] = "Logical Device " + id[len(pool.TargetPrefix):] + " Target"
+	o["Description"] = "The device's logical device " + pool.SystemID(h) + " reaches"
+	o["ConnectedEntities"] = []redfish.Obj{{"EntityType": "CXLDevice", "EntityRole": "Target", "EntityLink": redfish.Link(pool.LogicalDeviceURI(h))}}
 	return o
 }
