@@ -12,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -267,7 +268,7 @@ func (s *Server) hostBinding(role string, oem *accountOem, current *redfish.Host
 			if err != nil || !s.hostExists(h) {
 				return nil, redfish.ErrPropertyValueNotInList(id, "Oem/CxlPool/SystemId")
 			}
-			host = hostRef(h)
+			host = pool.HostRef(h)
 		}
 	}
 	r, _ := redfish.LookupRole(role)

@@ -19,15 +19,13 @@
 //	MemoryChunks, Fabrics/CXL (Endpoints, Zones, Connections),
 //	Fabrics/RDMA (the exports), Systems (their memory, patch, host
 //	reports, shares and head power Reset)                  api/capacity
-//	/redfish/v1/Managers/FM/{NetworkProtocol,EthernetInterfaces}/...,
-//	/redfish/v1/CertificateService/..., the TLS listener  api/manager
-//	everything else (still here):
-//	  Managers/FM itself (managers.go, managerpatch.go, managerreset.go,
-//	  consistency.go), its LogServices (logs.go) and support bundle
-//	  (supportbundle.go), UpdateService (updateservice.go,
-//	  updatepush.go), AccountService (accounts.go), the service root,
-//	  registries and JSON schemas (serviceroot.go, schemas.go) and the
-//	  web console (console.go).
+//	/redfish/v1/Managers/FM/... (the Manager, its clock, Reset,
+//	network, LogServices, support bundle, consistency check),
+//	/redfish/v1/UpdateService/..., /redfish/v1/CertificateService/...,
+//	the TLS listener                                      api/manager
+//	still here, the assembly's own: AccountService (accounts.go), the
+//	service root, registries and JSON schemas (serviceroot.go,
+//	schemas.go) and the web console (console.go).
 //
 // Shared by the resource packages and not CXL-free, hence not in redfish,
 // is api/internal/pool: the model's URIs (uris.go), the one mapping of the
@@ -35,8 +33,7 @@
 // Id and Status helpers. This package is the assembly: Config, Server and
 // New (server.go) list every package's registration, in order; aliases.go
 // re-exports what the service's clients name (the URIs, FromDomain, the
-// dependency interfaces) and forwards, for the files not yet moved, to
-// the helpers that now live in the resource packages.
+// dependency interfaces).
 //
 // A resource still here registers its routes with Handle from a function
 // listed in Server.routes:

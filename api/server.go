@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
@@ -93,13 +92,14 @@ type Config struct {
 	// ExportVerbs says the RDMA verbs transport serves the exports too:
 	// the fabric is then RoCEv2 rather than TCP.
 	ExportVerbs bool
-	// Board is board management (api/board; its LED and head power: api/capacity): thermal, power, sensors,
-	// the identify LED and head power. Nil: none of them is served.
+	// Board is board management: thermal, power, sensors (api/board),
+	// the identify LED and head power (api/capacity). Nil: none of them
+	// is served.
 	Board Board
 	// Telemetry is the CHMU pipeline behind the TelemetryService
 	// (api/telemetry). Nil: the service shows itself disabled.
 	Telemetry Telemetry
-	// Update is the box's A/B image slots (updatepush.go): with it the
+	// Update is the box's A/B image slots (api/manager): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
 	// both slots. Nil (not running from the image): neither.
 	Update Updater
@@ -107,7 +107,7 @@ type Config struct {
 	// OperationApplyTime Immediate. Nil: only OnReset is offered.
 	Reboot func(context.Context) error
 	// SetTime sets the box's clock, for PATCH Managers/FM DateTime
-	// (managerpatch.go). Nil (the clock belongs to the host's operating
+	// (api/manager). Nil (the clock belongs to the host's operating
 	// system): DateTime is not writable.
 	SetTime func(ctx context.Context, t time.Time) error
 	// MaxImageBytes bounds a pushed image (512 MiB).
@@ -123,7 +123,7 @@ type Config struct {
 	// (api/manager). Nil: SystemInterfaces.
 	NetInterfaces func() ([]NetInterface, error)
 	// StartCheck waits for the daemon's consistency check after its first
-	// reconcile (consistency.go); violations become an event. Nil: none.
+	// reconcile (api/manager); violations become an event. Nil: none.
 	StartCheck func(context.Context) (dcd.InvariantReport, error)
 	// Transport bounds the listener's timeouts and connections
 	// (redfish/limits.go).
@@ -204,11 +204,9 @@ func (c *Config) defaults() {
 // and Close it when done.
 type Server struct {
 	*redfish.Service
-	cfg      Config
-	log      *slog.Logger
-	mgr      *dcd.Manager
-	bundles  bundleState // support bundle collection (supportbundle.go)
-	updating atomic.Bool // a pushed image is being applied (updatepush.go)
+	cfg Config
+	log *slog.Logger
+	mgr *dcd.Manager
 
 	ctx  context.Context // the Service's: ends at Close
 	bg   sync.WaitGroup  // the resources' background work
@@ -238,11 +236,14 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context()}
 	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
-	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
-		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport})
 	s.pool = capacity.New(s.deps, capacity.Config{Device: cfg.Device, DataDir: cfg.DataDir,
 		Exports: cfg.Exports, ExportAddr: cfg.ExportAddr, ExportVerbs: cfg.ExportVerbs, Board: cfg.Board,
 		LocalCXL: cfg.LocalCXL, HostReports: cfg.HostReports, Shares: cfg.Shares})
+	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
+		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport, FirmwareVersion: cfg.FirmwareVersion,
+		LogLimit: cfg.LogLimit, Update: cfg.Update, Reboot: cfg.Reboot, SetTime: cfg.SetTime,
+		MaxImageBytes: cfg.MaxImageBytes, StartCheck: cfg.StartCheck, Pool: s.pool,
+		BundleSettings: cfg.bundleSettings()})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -261,19 +262,31 @@ func (s *Server) routes() []func() {
 		s.serviceRootRoutes,
 		s.registryRoutes,
 		s.accountRoutes,
-		s.managerRoutes,
-		s.logRoutes,
 		s.pool.Routes, // the pool, its fabric, the Systems, the board
-		s.updateServiceRoutes,
-		s.updatePushRoutes,
-		s.managerPatchRoutes,
-		s.managerResetRoutes,
+		s.mc.Routes,   // the Manager, its logs, update, network, certificates (after the pool's)
 		s.consoleRoutes,
 		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.pool.ActiveGrants}).Routes,
-		s.mc.Routes, // network, certificates
-		s.supportBundleRoutes,
-		s.consistencyRoutes,
 		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
+	}
+}
+
+// bundleSettings is the policy and the features the service was given, as
+// the support bundle's config.json shows them.
+func (c *Config) bundleSettings() redfish.Obj {
+	exportAddr := ""
+	if c.ExportAddr != nil {
+		exportAddr = c.ExportAddr.String()
+	}
+	return redfish.Obj{
+		"SessionTimeout": c.SessionTimeout.String(), "MaxBodyBytes": c.MaxBodyBytes, "MaxImageBytes": c.MaxImageBytes,
+		"Lockout":  redfish.Obj{"Threshold": c.Lockout.Threshold, "Duration": c.Lockout.Duration.String()},
+		"LogLimit": c.LogLimit, "TaskLimit": c.TaskLimit,
+		"Push": redfish.Obj{"Attempts": c.PushRetryAttempts, "Interval": c.PushRetryInterval.String()},
+		"Features": redfish.Obj{
+			"Device": c.Device != nil, "Exports": c.Exports != nil, "ExportAddr": exportAddr, "ExportVerbs": c.ExportVerbs,
+			"Board": c.Board != nil, "Telemetry": c.Telemetry != nil, "Update": c.Update != nil,
+			"Reboot": c.Reboot != nil, "LocalCXL": c.LocalCXL != nil,
+		},
 	}
 }
 

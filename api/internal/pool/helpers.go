@@ -70,3 +70,7 @@ func ErrPropertyValueIncorrect(prop, value string) *redfish.Error {
 type ResetRequest struct {
 	ResetType *string `json:"ResetType"`
 }
+
+// RedfishVersion is the DSP0266 version the service follows (the service
+// root and the support bundle show it).
+const RedfishVersion = "1.22.0"

@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 )
@@ -34,7 +35,7 @@ import (
 
 const (
 	consistencyAction = "CxlPool.CheckConsistency"
-	consistencyTarget = managerURI + "/Actions/Oem/" + consistencyAction
+	consistencyTarget = pool.ManagerURI + "/Actions/Oem/" + consistencyAction
 	// consistencyTimeout bounds the wait for a quiet ledger.
 	consistencyTimeout = 30 * time.Second
 	// consistencyProperty names what the event is about.
@@ -71,12 +72,12 @@ func (s *Server) checkConsistency(c echo.Context) error {
 	rep, err := s.mgr.CheckInvariants(ctx, s.pool.ExportView())
 	switch {
 	case errors.Is(err, dcd.ErrConflict), errors.Is(err, context.DeadlineExceeded) && c.Request().Context().Err() == nil:
-		e := redfish.ErrServiceUnavailable(retryBusySeconds).WithCause(err)
+		e := redfish.ErrServiceUnavailable(pool.RetryBusySeconds).WithCause(err)
 		e.Messages[0].Resolution = "Capacity flows kept the ledger changing, so no consistent snapshot could be taken " +
 			"(the check waits for grants and releases in flight to finish). Retry when the pool is quieter."
 		return e
 	case err != nil:
-		return FromDomain(err, redfish.Target{Type: "Manager", ID: "FM", URI: managerURI})
+		return pool.FromDomain(err, redfish.Target{Type: "Manager", ID: "FM", URI: pool.ManagerURI})
 	}
 	s.publishViolations(rep, "on request")
 	return s.WriteResource(c, http.StatusOK, consistencyBody(rep, s.now()))
@@ -91,7 +92,7 @@ func (s *Server) publishViolations(rep dcd.InvariantReport, when string) {
 	s.log.Error("consistency check: ledger, device and exports disagree", "when", when,
 		"violations", len(rep.Violations), "first_rule", first.Rule, "first", first.Message)
 	summary := fmt.Sprintf("%d capacity consistency violations %s; first (%s): %s", len(rep.Violations), when, first.Rule, first.Message)
-	s.Publish(redfish.Event{MessageKey: "ResourceEvent.ResourceErrorsDetected", Args: []string{consistencyProperty, summary}, Origin: DCDURI})
+	s.Publish(redfish.Event{MessageKey: "ResourceEvent.ResourceErrorsDetected", Args: []string{consistencyProperty, summary}, Origin: pool.DCDURI})
 }
 
 func consistencyBody(rep dcd.InvariantReport, now time.Time) redfish.Obj {

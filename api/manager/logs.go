@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"net/http"
@@ -6,12 +6,13 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 )
 
 // The manager's log services (logEvent and logAudit are in audit.go).
-const logServicesURI = managerURI + "/LogServices"
+const logServicesURI = pool.ManagerURI + "/LogServices"
 
 func logServiceURI(log string) string { return logServicesURI + "/" + log }
 

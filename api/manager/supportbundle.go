@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"archive/tar"
@@ -29,6 +29,7 @@ import (
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/common/expfmt"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
@@ -267,7 +268,7 @@ func (s *Server) lookupBundle(c echo.Context) (bundleInfo, error) {
 // or the service UUID without a device.
 func (s *Server) bundleBoxName() string {
 	if s.mgr != nil {
-		return serialString(s.mgr.Box().Identity.Serial)
+		return pool.SerialString(s.mgr.Box().Identity.Serial)
 	}
 	return s.UUID()
 }
@@ -507,7 +508,7 @@ func (s *Server) bundleVersion(now time.Time, user string) redfish.Obj {
 		"Goroutines":      runtime.NumGoroutine(),
 		"Collected":       now.Format(redfish.TimeFormat),
 		"CollectedBy":     user,
-		"RedfishVersion":  redfishVersion,
+		"RedfishVersion":  pool.RedfishVersion,
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
 		settings := map[string]string{}
@@ -541,7 +542,7 @@ func (s *Server) bundleConfig(ctx context.Context) (redfish.Obj, error) {
 		o := redfish.Obj{"Id": a.ID, "UserName": a.UserName, "Role": a.Role, "Enabled": a.Enabled,
 			"PasswordChangeRequired": a.PasswordChangeRequired, "Created": a.Created, "Updated": a.Updated}
 		if a.HostID != nil {
-			o["System"] = SystemID(dcd.HostID(*a.HostID))
+			o["System"] = pool.SystemID(dcd.HostID(*a.HostID))
 		}
 		accounts = append(accounts, o)
 	}
@@ -549,29 +550,20 @@ func (s *Server) bundleConfig(ctx context.Context) (redfish.Obj, error) {
 	if err != nil {
 		return nil, err
 	}
-	exportAddr := ""
-	if s.cfg.ExportAddr != nil {
-		exportAddr = s.cfg.ExportAddr.String()
-	}
 	cfg := s.cfg
-	return redfish.Obj{
+	o := redfish.Obj{
 		"DataDir": cfg.DataDir, "FirmwareVersion": cfg.FirmwareVersion, "ServiceUUID": s.UUID(),
-		"SessionTimeout": cfg.SessionTimeout.String(), "MaxBodyBytes": cfg.MaxBodyBytes, "MaxImageBytes": cfg.MaxImageBytes,
-		"Lockout":  redfish.Obj{"Threshold": cfg.Lockout.Threshold, "Duration": cfg.Lockout.Duration.String()},
-		"LogLimit": cfg.LogLimit, "TaskLimit": cfg.TaskLimit,
-		"Push": redfish.Obj{"Attempts": cfg.PushRetryAttempts, "Interval": cfg.PushRetryInterval.String()},
-		"Features": redfish.Obj{
-			"Device": cfg.Device != nil, "Exports": cfg.Exports != nil, "ExportAddr": exportAddr, "ExportVerbs": cfg.ExportVerbs,
-			"Board": cfg.Board != nil, "Telemetry": cfg.Telemetry != nil, "Update": cfg.Update != nil,
-			"Reboot": cfg.Reboot != nil, "LocalCXL": cfg.LocalCXL != nil,
-		},
 		"Settings":           settings,
 		"Accounts":           accounts,
 		"Sessions":           s.Auth().SessionCount(),
 		"EventSubscriptions": len(subs),
 		"TLSCertificate":     s.bundleCertSummary(),
 		"DataDirFiles":       s.bundleDataFiles(),
-	}, nil
+	}
+	for k, v := range cfg.BundleSettings {
+		o[k] = v
+	}
+	return o, nil
 }
 
 // bundleCertSummary describes the public certificate in cert.pem.
@@ -628,10 +620,10 @@ func (s *Server) bundleBox() redfish.Obj {
 	fenced := redfish.Obj{}
 	for _, h := range box.Heads {
 		if why, ok := s.mgr.Fenced(dcd.HostID(h.LD)); ok {
-			fenced[SystemID(dcd.HostID(h.LD))] = why
+			fenced[pool.SystemID(dcd.HostID(h.LD))] = why
 		}
 	}
-	return redfish.Obj{"Identity": box.Identity, "Serial": serialString(box.Identity.Serial), "Heads": box.Heads,
+	return redfish.Obj{"Identity": box.Identity, "Serial": pool.SerialString(box.Identity.Serial), "Heads": box.Heads,
 		"Regions": box.Regions, "TotalDynamic": box.TotalDynamic, "AddPolicies": box.AddPolicies,
 		"ReleasePolicies": box.ReleasePolicies, "ExtentsPerHost": box.ExtentsPerHost, "TagsPerHost": box.TagsPerHost,
 		"DiscoveredAt": box.DiscoveredAt, "Fenced": fenced, "StartReconcile": s.mgr.StartReport()}
@@ -678,7 +670,7 @@ func (s *Server) bundleLedger(ctx context.Context) (redfish.Obj, error) {
 	}
 	hostsOut := make([]redfish.Obj, 0, len(hosts))
 	for _, h := range hosts {
-		hostsOut = append(hostsOut, redfish.Obj{"Id": SystemID(h.ID), "Port": h.Port, "Name": h.Name,
+		hostsOut = append(hostsOut, redfish.Obj{"Id": pool.SystemID(h.ID), "Port": h.Port, "Name": h.Name,
 			"QuotaBytes": h.Quota, "LinkUp": h.LinkUp})
 	}
 	chunksOut := make([]redfish.Obj, 0, len(chunks))
@@ -688,12 +680,12 @@ func (s *Server) bundleLedger(ctx context.Context) (redfish.Obj, error) {
 	}
 	grantsOut := make([]redfish.Obj, 0, len(grants))
 	for _, g := range grants {
-		grantsOut = append(grantsOut, redfish.Obj{"Id": g.ID, "Chunk": g.Chunk, "Host": SystemID(g.Host), "State": g.State,
+		grantsOut = append(grantsOut, redfish.Obj{"Id": g.ID, "Chunk": g.Chunk, "Host": pool.SystemID(g.Host), "State": g.State,
 			"Extents": exts(g.Extents), "Bytes": g.Size(), "Reason": g.Reason, "Created": g.Created, "Updated": g.Updated})
 	}
 	orphansOut := make([]redfish.Obj, 0, len(orphans))
 	for _, o := range orphans {
-		orphansOut = append(orphansOut, redfish.Obj{"Host": SystemID(o.Host), "Tag": o.Tag.String(), "Extents": exts(o.Extents), "Found": o.Found})
+		orphansOut = append(orphansOut, redfish.Obj{"Host": pool.SystemID(o.Host), "Tag": o.Tag.String(), "Extents": exts(o.Extents), "Found": o.Found})
 	}
 	return redfish.Obj{"Hosts": hostsOut, "Regions": regions, "Chunks": chunksOut, "Grants": grantsOut, "Orphans": orphansOut,
 		"Quotas": quotas(hosts)}, nil
@@ -704,7 +696,7 @@ func quotas(hosts []dcd.Host) redfish.Obj {
 	o := redfish.Obj{}
 	for _, h := range hosts {
 		if h.Quota > 0 {
-			o[SystemID(h.ID)] = h.Quota
+			o[pool.SystemID(h.ID)] = h.Quota
 		}
 	}
 	return o
@@ -724,7 +716,7 @@ func (s *Server) bundleLog(ctx context.Context, w io.Writer, log string) error {
 			o["MessageId"], o["MessageArgs"], o["Origin"] = e.MessageID, redfish.NonNil(e.Args), e.Origin
 		}
 		if e.HostID != nil {
-			o["System"] = SystemID(dcd.HostID(*e.HostID))
+			o["System"] = pool.SystemID(dcd.HostID(*e.HostID))
 		}
 		out = append(out, o)
 	}

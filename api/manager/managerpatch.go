@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"errors"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/image/manifest"
 	"cxlpool/image/update"
@@ -86,7 +87,7 @@ type managerPatch struct {
 }
 
 type managerLinksPatch struct {
-	ActiveSoftwareImage *odataRef `json:"ActiveSoftwareImage"`
+	ActiveSoftwareImage *pool.ODataRef `json:"ActiveSoftwareImage"`
 
 	SoftwareImages    any `json:"SoftwareImages" rf:"readonly"`
 	ManagerForFabrics any `json:"ManagerForFabrics" rf:"readonly"`
@@ -95,7 +96,7 @@ type managerLinksPatch struct {
 }
 
 func (s *Server) managerPatchRoutes() {
-	s.Handle(http.MethodPatch, managerURI, redfish.PrivConfigureManager, s.patchManager)
+	s.Handle(http.MethodPatch, pool.ManagerURI, redfish.PrivConfigureManager, s.patchManager)
 }
 
 func (s *Server) patchManager(c echo.Context) error {
@@ -157,7 +158,7 @@ func (s *Server) patchManager(c echo.Context) error {
 		changed = true
 	}
 	if changed {
-		s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: managerURI})
+		s.Publish(redfish.Event{MessageKey: redfish.MsgResourceChanged, Origin: pool.ManagerURI})
 	}
 	return s.WriteResource(c, http.StatusOK, s.manager(p))
 }
@@ -192,7 +193,7 @@ func (s *Server) imageSlotOf(uri string) (string, error) {
 			Resolution: "This box does not run from its A/B image slots (no image to switch to); remove the property and resubmit the request."}.
 			WithRelated(propActiveImage))
 	}
-	id, ok := refID(uri, FirmwareInventoryURI)
+	id, ok := pool.RefID(uri, pool.FirmwareInventoryURI)
 	if !ok {
 		return "", redfish.ErrPropertyValueFormat(uri, propActiveImage)
 	}
@@ -207,7 +208,7 @@ func (s *Server) imageSlotOf(uri string) (string, error) {
 			return "", redfish.ErrPropertyValueNotInList(uri, propActiveImage)
 		}
 	}
-	return "", errMissingAtURI(uri, propActiveImage)
+	return "", pool.ErrMissingAtURI(uri, propActiveImage)
 }
 
 // activateError maps Activate's refusal: the slot's state (409), the
@@ -303,7 +304,7 @@ func (s *Server) managerSettings(o redfish.Obj) {
 			}
 			uris := make([]string, 0, len(slots))
 			for _, st := range slots {
-				u := FirmwareInventoryURI + "/" + imageSlotID(st.Slot)
+				u := pool.FirmwareInventoryURI + "/" + imageSlotID(st.Slot)
 				uris = append(uris, u)
 				if st.Running {
 					links["ActiveSoftwareImage"] = redfish.Link(u)

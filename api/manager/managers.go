@@ -1,20 +1,21 @@
-package api
+package manager
 
 import (
 	"net/http"
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 )
 
 func (s *Server) managerRoutes() {
-	s.Handle(http.MethodGet, managersURI, redfish.PrivLogin, func(c echo.Context) error {
-		return s.WriteCollection(c, redfish.Collection{ODataID: managersURI, ODataType: "#ManagerCollection.ManagerCollection",
-			Name: "Managers", Members: []string{managerURI},
+	s.Handle(http.MethodGet, pool.ManagersURI, redfish.PrivLogin, func(c echo.Context) error {
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.ManagersURI, ODataType: "#ManagerCollection.ManagerCollection",
+			Name: "Managers", Members: []string{pool.ManagerURI},
 			Expand: func(string) (any, error) { return s.manager(redfish.PrincipalOf(c)), nil }})
 	})
-	s.Handle(http.MethodGet, managerURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.ManagerURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteResource(c, http.StatusOK, s.manager(redfish.PrincipalOf(c)))
 	})
 }
@@ -24,7 +25,7 @@ func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 	now := s.now()
 	health := "OK"
 	o := redfish.Obj{
-		"@odata.id":             managerURI,
+		"@odata.id":             pool.ManagerURI,
 		"@odata.type":           "#Manager.v1_24_0.Manager",
 		"Id":                    "FM",
 		"Name":                  "CXL Fabric Manager",
@@ -42,14 +43,14 @@ func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 		"Links":                 redfish.Obj{},
 	}
 	if s.HasRoute("/redfish/v1/Fabrics") {
-		o["Links"].(redfish.Obj)["ManagerForFabrics"] = redfish.Links(FabricURI)
+		o["Links"].(redfish.Obj)["ManagerForFabrics"] = redfish.Links(pool.FabricURI)
 	}
 	if s.mgr != nil {
-		o["SerialNumber"] = serialString(s.mgr.Box().Identity.Serial)
+		o["SerialNumber"] = pool.SerialString(s.mgr.Box().Identity.Serial)
 	}
 	if s.HasRoute("/redfish/v1/Chassis") {
-		o["Links"].(redfish.Obj)["ManagerForChassis"] = redfish.Links(ChassisURI)
-		o["Links"].(redfish.Obj)["ManagerInChassis"] = redfish.Link(ChassisURI)
+		o["Links"].(redfish.Obj)["ManagerForChassis"] = redfish.Links(pool.ChassisURI)
+		o["Links"].(redfish.Obj)["ManagerInChassis"] = redfish.Link(pool.ChassisURI)
 	}
 	if p.Has(redfish.PrivApplianceView) {
 		o["LogServices"] = redfish.Link(logServicesURI)

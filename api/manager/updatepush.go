@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/image/manifest"
 	"cxlpool/image/update"
@@ -27,7 +28,7 @@ import (
 // verdict.
 
 // UpdateUploadURI is the MultipartHttpPushUri.
-const UpdateUploadURI = UpdateServiceURI + "/Upload"
+const UpdateUploadURI = pool.UpdateServiceURI + "/Upload"
 
 // Updater is the image side of the box (an *update.Service on the image):
 // it writes a pushed bundle into the inactive slot, lists both slots and
@@ -129,7 +130,7 @@ func (s *Server) pushUpdate(c echo.Context) error {
 	var transferErr atomic.Pointer[error]
 	total := r.ContentLength
 	t := s.StartTask(c, redfish.TaskOptions{Name: "Firmware update", Target: redfish.Target{Type: "SoftwareInventory", ID: target,
-		URI: FirmwareInventoryURI + "/" + target}}, func(ctx context.Context, t *redfish.Task) (redfish.TaskResult, error) {
+		URI: pool.FirmwareInventoryURI + "/" + target}}, func(ctx context.Context, t *redfish.Task) (redfish.TaskResult, error) {
 		defer s.updating.Store(false)
 		m, err := s.cfg.Update.Apply(ctx, pr, func(written int64) {
 			if total > 0 {
@@ -217,8 +218,8 @@ func (s *Server) readUpdateParams(mr *multipart.Reader) (updateParams, error) {
 // updateTargets are the URIs a push may name in Targets: the box's
 // firmware as a whole, either slot (the inactive one is written anyway).
 func (s *Server) updateTargets() []string {
-	return []string{managerURI, FirmwareInventoryURI + "/FM",
-		FirmwareInventoryURI + "/" + imageSlotID(update.SlotA), FirmwareInventoryURI + "/" + imageSlotID(update.SlotB)}
+	return []string{pool.ManagerURI, pool.FirmwareInventoryURI + "/FM",
+		pool.FirmwareInventoryURI + "/" + imageSlotID(update.SlotA), pool.FirmwareInventoryURI + "/" + imageSlotID(update.SlotB)}
 }
 
 // nextPart returns the next part, which must be the form field name.

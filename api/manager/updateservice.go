@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/image/update"
@@ -20,15 +21,15 @@ func (s *Server) updateServiceRoutes() {
 	if !s.pool.Serving() {
 		return
 	}
-	s.Handle(http.MethodGet, UpdateServiceURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.UpdateServiceURI, redfish.PrivLogin, func(c echo.Context) error {
 		o := redfish.Obj{
-			"@odata.id":         UpdateServiceURI,
+			"@odata.id":         pool.UpdateServiceURI,
 			"@odata.type":       "#UpdateService.v1_17_0.UpdateService",
 			"Id":                "UpdateService",
 			"Name":              "Update Service",
 			"ServiceEnabled":    true,
-			"Status":            status("Enabled"),
-			"FirmwareInventory": redfish.Link(FirmwareInventoryURI),
+			"Status":            pool.Status("Enabled"),
+			"FirmwareInventory": redfish.Link(pool.FirmwareInventoryURI),
 		}
 		if s.cfg.Update != nil {
 			o["MultipartHttpPushUri"] = UpdateUploadURI
@@ -40,7 +41,7 @@ func (s *Server) updateServiceRoutes() {
 		}
 		return s.WriteResource(c, http.StatusOK, o)
 	})
-	s.Handle(http.MethodGet, FirmwareInventoryURI, redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.FirmwareInventoryURI, redfish.PrivLogin, func(c echo.Context) error {
 		inv := s.firmwareInventory()
 		members := make([]string, 0, len(inv))
 		byURI := map[string]redfish.Obj{}
@@ -49,12 +50,12 @@ func (s *Server) updateServiceRoutes() {
 			members = append(members, u)
 			byURI[u] = o
 		}
-		return s.WriteCollection(c, redfish.Collection{ODataID: FirmwareInventoryURI,
+		return s.WriteCollection(c, redfish.Collection{ODataID: pool.FirmwareInventoryURI,
 			ODataType: "#SoftwareInventoryCollection.SoftwareInventoryCollection",
 			Name:      "Firmware Inventory", Members: members,
 			Expand: func(uri string) (any, error) { return byURI[uri], nil }})
 	})
-	s.Handle(http.MethodGet, FirmwareInventoryURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
+	s.Handle(http.MethodGet, pool.FirmwareInventoryURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		for _, o := range s.firmwareInventory() {
 			if o["Id"] == c.Param("id") {
 				return s.WriteResource(c, http.StatusOK, o)
@@ -73,25 +74,25 @@ func (s *Server) firmwareInventory() []redfish.Obj {
 
 func (s *Server) runningFirmware() []redfish.Obj {
 	return []redfish.Obj{{
-		"@odata.id":   FirmwareInventoryURI + "/FM",
+		"@odata.id":   pool.FirmwareInventoryURI + "/FM",
 		"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
 		"Id":          "FM",
 		"Name":        "Fabric Manager Firmware",
 		"Version":     s.cfg.FirmwareVersion,
 		"Updateable":  false,
 		"Active":      true,
-		"Status":      status("Enabled"),
-		"RelatedItem": redfish.Links(managerURI),
+		"Status":      pool.Status("Enabled"),
+		"RelatedItem": redfish.Links(pool.ManagerURI),
 	}, {
-		"@odata.id":   FirmwareInventoryURI + "/DCD",
+		"@odata.id":   pool.FirmwareInventoryURI + "/DCD",
 		"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
 		"Id":          "DCD",
 		"Name":        "Dynamic Capacity Device Firmware",
 		"Version":     s.mgr.Box().Identity.FirmwareRevision,
 		"Updateable":  false,
 		"Active":      true,
-		"Status":      status("Enabled"),
-		"RelatedItem": redfish.Links(DCDURI),
+		"Status":      pool.Status("Enabled"),
+		"RelatedItem": redfish.Links(pool.DCDURI),
 	}}
 }
 
@@ -141,7 +142,7 @@ func (s *Server) slotInventory() []redfish.Obj {
 			oem["Error"] = st.Error
 		}
 		o := redfish.Obj{
-			"@odata.id":   FirmwareInventoryURI + "/" + id,
+			"@odata.id":   pool.FirmwareInventoryURI + "/" + id,
 			"@odata.type": "#SoftwareInventory.v1_13_0.SoftwareInventory",
 			"Id":          id,
 			"Name":        "Box Image Slot " + strings.ToUpper(st.Slot),
@@ -151,7 +152,7 @@ func (s *Server) slotInventory() []redfish.Obj {
 			"Updateable":  !st.Running,
 			"Active":      st.Running,
 			"Status":      redfish.Obj{"State": state, "Health": health},
-			"RelatedItem": redfish.Links(managerURI),
+			"RelatedItem": redfish.Links(pool.ManagerURI),
 			"Oem":         oemschema.Oem("SoftwareInventory", oem),
 		}
 		if st.Version != "" {

@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"net/http"
@@ -22,7 +22,7 @@ import (
 
 const (
 	managerResetAction = "Manager.Reset"
-	managerResetTarget = managerURI + "/Actions/" + managerResetAction
+	managerResetTarget = pool.ManagerURI + "/Actions/" + managerResetAction
 )
 
 // managerResetTypes are the ResetType values Manager.Reset accepts.
