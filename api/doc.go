@@ -23,9 +23,10 @@
 //	network, LogServices, support bundle, consistency check),
 //	/redfish/v1/UpdateService/..., /redfish/v1/CertificateService/...,
 //	the TLS listener                                      api/manager
-//	still here, the assembly's own: AccountService (accounts.go), the
-//	service root, registries and JSON schemas (serviceroot.go,
-//	schemas.go) and the web console (console.go).
+//	/redfish/v1/AccountService/...                        api/accounts
+//	still here, the assembly's own: the service root, registries and
+//	JSON schemas (serviceroot.go, schemas.go) and the web console
+//	(console.go).
 //
 // Shared by the resource packages and not CXL-free, hence not in redfish,
 // is api/internal/pool: the model's URIs (uris.go), the one mapping of the
@@ -35,10 +36,11 @@
 // re-exports what the service's clients name (the URIs, FromDomain, the
 // dependency interfaces).
 //
-// A resource still here registers its routes with Handle from a function
-// listed in Server.routes:
+// A new resource goes into the package of its part of the model and
+// registers its routes from that package's Routes, each with its
+// privilege:
 //
-//	func (s *Server) accountRoutes() {
-//		s.Handle(http.MethodPatch, redfish.AccountServiceURI, redfish.PrivConfigureUsers, s.patchAccountService)
+//	func (s *Server) Routes() {
+//		s.Handle(http.MethodGet, pool.ChunksURI+"/:id", redfish.PrivLogin, s.getChunk)
 //	}
 package api

@@ -11,6 +11,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/accounts"
 	"cxlpool/api/capacity"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
@@ -261,7 +262,7 @@ func (s *Server) routes() []func() {
 	return []func(){
 		s.serviceRootRoutes,
 		s.registryRoutes,
-		s.accountRoutes,
+		accounts.New(s.deps, accounts.Config{BcryptCost: s.cfg.BcryptCost}).Routes,
 		s.pool.Routes, // the pool, its fabric, the Systems, the board
 		s.mc.Routes,   // the Manager, its logs, update, network, certificates (after the pool's)
 		s.consoleRoutes,

@@ -1,4 +1,4 @@
-package api
+package accounts
 
 import (
 	"context"
@@ -164,9 +164,9 @@ func (s *Server) accountBody(a redfish.Account) redfish.Obj {
 		"Links":                  redfish.Obj{"Role": redfish.Link(rolesURI + "/" + a.Role)},
 	}
 	if a.HostID != nil {
-		oem := redfish.Obj{"SystemId": SystemID(dcd.HostID(*a.HostID))}
-		if s.HasRoute(SystemsURI) {
-			oem["System"] = redfish.Link(SystemURI(dcd.HostID(*a.HostID)))
+		oem := redfish.Obj{"SystemId": pool.SystemID(dcd.HostID(*a.HostID))}
+		if s.HasRoute(pool.SystemsURI) {
+			oem["System"] = redfish.Link(pool.SystemURI(dcd.HostID(*a.HostID)))
 		}
 		o["Oem"] = oemschema.Oem("ManagerAccount", oem)
 	}
@@ -264,7 +264,7 @@ func (s *Server) hostBinding(role string, oem *accountOem, current *redfish.Host
 		if id == "" {
 			host = nil
 		} else {
-			h, err := ParseSystemID(id)
+			h, err := pool.ParseSystemID(id)
 			if err != nil || !s.hostExists(h) {
 				return nil, redfish.ErrPropertyValueNotInList(id, "Oem/CxlPool/SystemId")
 			}
