@@ -35,7 +35,7 @@ func (s *Server) startFeeders() {
 }
 
 // changeEvents maps a capacity change to the events clients see, with the
-// URIs of the resources it touched (see uris.go).
+// URIs of the resources it touched (see api/internal/pool/uris.go).
 func changeEvents(c dcd.Change) []redfish.Event {
 	host := pool.HostRef
 	switch c.Kind {

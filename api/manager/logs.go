@@ -11,7 +11,7 @@ import (
 	"cxlpool/api/redfish"
 )
 
-// The manager's log services (logEvent and logAudit are in audit.go).
+// The manager's log services (LogEvent and LogAudit are in redfish/audit.go).
 const logServicesURI = pool.ManagerURI + "/LogServices"
 
 func logServiceURI(log string) string { return logServicesURI + "/" + log }
