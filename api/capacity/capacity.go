@@ -21,9 +21,10 @@ import (
 
 // The capacity resources (Chassis, PCIeDevices, MemoryDomains, Fabrics,
 // Systems and what hangs below them) are views of one snapshot of the
-// pool: the device model the Manager keeps (Box) and the ledger's hosts, chunks, active grants and orphans. This file holds that
-// snapshot, its cache, the record of which host reserved which chunk, and
-// the helpers the resource files share.
+// pool: the device model the Manager keeps (Box) and the ledger's hosts,
+// chunks, active grants and orphans. This file holds that snapshot, its
+// cache, the record of which host reserved which chunk, and the helpers
+// the resource files share.
 
 // viewMaxAge bounds how long a snapshot is trusted without a change
 // notification: the Manager drops notifications for a subscriber that
