@@ -69,6 +69,9 @@ type Config struct {
 	// DAXPath maps the pool for exports on hardware (a /dev/daxX.Y
 	// device); the virtual box's memory is mapped directly.
 	DAXPath string
+	// ExportRDMA serves exports over RDMA verbs beside TCP (export_rdma.go):
+	// off (or empty), auto, or a device name.
+	ExportRDMA string
 	// Board configures board management (board.go).
 	Board BoardConfig
 	// CHMU locates a real device's hotness monitoring unit for telemetry
@@ -383,11 +386,18 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("appliance: export server: %w", err)
 	}
-	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	exts, closeVerbs, err := a.exportVerbs()
 	if err != nil {
 		ln.Close()
+		return err
+	}
+	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Extensions: exts, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	if err != nil {
+		ln.Close()
+		closeVerbs()
 		return fmt.Errorf("appliance: export server: %w", err)
 	}
+	a.closers = append(a.closers, closeVerbs) // after the server has closed
 	a.ExportAddr = ln.Addr()
 	go srv.Serve(ln)
 	a.closers = append(a.closers, srv.Close)

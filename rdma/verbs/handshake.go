@@ -53,8 +53,10 @@ type Config struct {
 	// Port is the device port [1].
 	Port int
 	// GIDIndex is the GID table entry to route with; negative picks the
-	// first entry that is not zero. On soft-RoCE every entry is RoCE v2,
-	// and entry 0 (the link-local GID) reaches peers on the same link.
+	// first IPv4 entry (::ffff:a.b.c.d, routed as the netdev's IPv4
+	// address), else the first entry that is not zero. On soft-RoCE every
+	// entry is RoCE v2, and entry 0 (the link-local GID) reaches peers on
+	// the same link only.
 	GIDIndex int
 	// Depth bounds the work requests queued per queue pair [64].
 	Depth  int
@@ -224,4 +226,34 @@ func locate(regions []Region, off, n uint64, fn func(g Region, goff, k uint64) e
 		n -= k
 	}
 	return nil
+}
+
+// pickGID chooses the GID table entry as Config.GIDIndex says, reading
+// entries with gid; a zero GID is unused.
+func pickGID(index, entries int, gid func(int) ([16]byte, bool)) (int, [16]byte) {
+	if index >= 0 {
+		if g, ok := gid(index); ok && g != ([16]byte{}) && index < entries {
+			return index, g
+		}
+		return 0, [16]byte{}
+	}
+	first, firstG := -1, [16]byte{}
+	for i := range entries {
+		g, ok := gid(i)
+		if !ok || g == ([16]byte{}) {
+			continue
+		}
+		if isIPv4GID(g) {
+			return i, g
+		}
+		if first < 0 {
+			first, firstG = i, g
+		}
+	}
+	return max(first, 0), firstG
+}
+
+// isIPv4GID says whether g is an IPv4-mapped IPv6 address.
+func isIPv4GID(g [16]byte) bool {
+	return g[10] == 0xff && g[11] == 0xff && [10]byte(g[:10]) == [10]byte{}
 }

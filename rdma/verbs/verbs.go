@@ -185,7 +185,8 @@ func Devices() ([]string, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, errnoErr("device list", 0, err)
+		// No uverbs in the kernel (ENOSYS) is no device all the same.
+		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
 	}
 	defer C.ibv_free_device_list(list)
 	var names []string
@@ -205,7 +206,8 @@ func openDevice(cfg Config) (*device, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, errnoErr("device list", 0, err)
+		// No uverbs in the kernel (ENOSYS) is no device all the same.
+		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
 	}
 	defer C.ibv_free_device_list(list)
 	pick := C.int(-1)
@@ -239,17 +241,11 @@ func openDevice(cfg Config) (*device, error) {
 		return nil, fmt.Errorf("verbs: port %d is not active (state %d): %w", cfg.Port, state, ErrNoDevice)
 	}
 	d.local.LID, d.local.MTU = uint16(lid), uint8(mtu)
-	idx := cfg.GIDIndex
-	for i := 0; i < int(gids); i++ {
-		if idx >= 0 && i != idx {
-			continue
-		}
-		var g [16]byte
-		if C.cxl_gid(d.ctx, d.port, C.int(i), (*C.uint8_t)(unsafe.Pointer(&g[0]))) == 0 && g != ([16]byte{}) {
-			d.gidIndex, d.local.GID = C.int(i), g
-			break
-		}
-	}
+	idx, g := pickGID(cfg.GIDIndex, int(gids), func(i int) (g [16]byte, ok bool) {
+		ok = C.cxl_gid(d.ctx, d.port, C.int(i), (*C.uint8_t)(unsafe.Pointer(&g[0]))) == 0
+		return g, ok
+	})
+	d.gidIndex, d.local.GID = C.int(idx), g
 	if d.local.GID == ([16]byte{}) {
 		d.close()
 		return nil, fmt.Errorf("verbs: port %d has no usable GID (index %d): %w", cfg.Port, cfg.GIDIndex, ErrNoDevice)
@@ -482,6 +478,15 @@ func (s *Server) disconnect(reg *registration, q *queuePair) {
 	}
 }
 
+// Registered is the number of exports whose memory is registered with
+// the device (each with its queue pairs): a revoked export's is gone
+// before the revocation returns.
+func (s *Server) Registered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.regs)
+}
+
 // Close tears down every registration and releases the device.
 func (s *Server) Close() error {
 	s.mu.Lock()
@@ -519,10 +524,11 @@ type Client struct {
 
 // Dial opens the TCP control channel (one connection of ccfg), connects a
 // queue pair through it and returns a client whose data path is verbs.
-func Dial(ctx context.Context, ccfg client.Config, cfg Config) (c *Client, err error) {
+func Dial(ctx context.Context, ccfg client.Config, cfg Config) (_ *Client, err error) {
 	ccfg.Conns = 1
-	c = &Client{}
+	c := &Client{}
 	defer func() {
+		// Not the result, which a failure's return sets to nil.
 		if err != nil {
 			c.Close()
 		}
