@@ -317,8 +317,12 @@ func (a *Appliance) openExports() error {
 		mem.Close()
 		return fmt.Errorf("appliance: %w", err)
 	}
-	svc, err := rdma.NewService(rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
-		Clock: a.cfg.Clock, Store: st})
+	rcfg := rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
+		Clock: a.cfg.Clock, Store: st}
+	if a.Box != nil {
+		rcfg.CountAccess = a.Box.CountAccess // the virtual box's CHMU sees exported traffic
+	}
+	svc, err := rdma.NewService(rcfg)
 	if err != nil {
 		mem.Close()
 		st.Close()
