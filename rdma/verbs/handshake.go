@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"cxlpool/rdma"
 )
@@ -59,8 +60,16 @@ type Config struct {
 	// the same link only.
 	GIDIndex int
 	// Depth bounds the work requests queued per queue pair [64].
-	Depth  int
-	Logger *slog.Logger
+	Depth int
+	// OpTimeout bounds a client's wait for one completion [5 s]. The
+	// device retries a request that goes unanswered and then fails it,
+	// but a revoked export's queue pair is gone, and soft-RoCE (Linux
+	// 6.1's rdma_rxe, seen in the VM test) left such a READ pending for
+	// minutes instead. Past the bound the client stops its queue pair
+	// and answers rdma.ErrRevoked: one-sided verbs cannot tell a revoked
+	// export from an unreachable box, and the session is over either way.
+	OpTimeout time.Duration
+	Logger    *slog.Logger
 }
 
 // handshakeVersion is the version of the OpConnect bodies.

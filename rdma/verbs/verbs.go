@@ -516,6 +516,8 @@ type Client struct {
 	reply Reply
 	perms rdma.Perm
 
+	opTimeout time.Duration
+
 	mu     sync.Mutex
 	buf    unsafe.Pointer
 	mr     *C.struct_ibv_mr
@@ -526,7 +528,10 @@ type Client struct {
 // queue pair through it and returns a client whose data path is verbs.
 func Dial(ctx context.Context, ccfg client.Config, cfg Config) (_ *Client, err error) {
 	ccfg.Conns = 1
-	c := &Client{}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 5 * time.Second
+	}
+	c := &Client{opTimeout: cfg.OpTimeout}
 	defer func() {
 		// Not the result, which a failure's return sets to nil.
 		if err != nil {
@@ -600,6 +605,7 @@ func (c *Client) post(ctx context.Context, op C.int, n int, g Region, goff uint6
 		return c.broken
 	}
 	var status C.int
+	deadline := time.Now().Add(c.opTimeout)
 	for spins := 0; ; spins++ {
 		switch n := C.cxl_poll(c.q.cq, &status); {
 		case n < 0:
@@ -615,15 +621,34 @@ func (c *Client) post(ctx context.Context, op C.int, n int, g Region, goff uint6
 		if ctx.Err() != nil {
 			// The request may still complete into the staging buffer:
 			// stop the queue pair so that it cannot.
-			C.cxl_qp_error(c.q.qp)
+			c.stop()
 			c.broken = fmt.Errorf("verbs: operation abandoned: %w", ctx.Err())
 			return ctx.Err()
+		}
+		if spins%1024 == 1023 && time.Now().After(deadline) {
+			c.stop()
+			c.broken = fmt.Errorf("verbs: no completion in %v (the export revoked, or the box unreachable): %w", c.opTimeout, rdma.ErrRevoked)
+			return c.broken
 		}
 		if spins < 1000 {
 			runtime.Gosched()
 		} else {
 			time.Sleep(20 * time.Microsecond)
 		}
+	}
+}
+
+// stop moves the queue pair to the error state and waits (boundedly) for
+// the flushed completion, so that nothing lands in the staging buffer
+// later.
+func (c *Client) stop() {
+	C.cxl_qp_error(c.q.qp)
+	var status C.int
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		if C.cxl_poll(c.q.cq, &status) != 0 {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 

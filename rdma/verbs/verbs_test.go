@@ -114,7 +114,7 @@ func TestVerbs(t *testing.T) {
 	if c.Size() != fake.ChunkSize {
 		t.Fatalf("got size %d, want %d", c.Size(), fake.ChunkSize)
 	}
-	data := bytes.Repeat([]byte("verbs!"), 500000) // spans both extents
+	data := bytes.Repeat([]byte("verbs!"), 250000) // 1.5 MB: spans both extents
 	tests := []struct {
 		name string
 		run  func() error
@@ -375,4 +375,18 @@ func TestVerbsVsTCP(t *testing.T) {
 	tT, tL := measure(tc)
 	t.Logf("figure: 1 MiB READ: verbs %.1f MB/s, TCP %.1f MB/s (verbs/TCP %.2f×)", vT, tT, vT/tT)
 	t.Logf("figure: 64 B READ p50: verbs %v, TCP %v (TCP/verbs %.2f×)", vL, tL, float64(tL)/float64(vL))
+}
+
+// TestOpenPicksVerbs: where both ends can, Open's data path is verbs.
+func TestOpenPicksVerbs(t *testing.T) {
+	b := newBox(t)
+	x := b.env.Export(t, rdma.PermReadWrite)
+	c, why, err := verbs.Open(t.Context(), b.ccfg(x), b.link.client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if _, ok := c.(*verbs.Client); !ok || why != "" {
+		t.Errorf("got %T (%q), want *verbs.Client", c, why)
+	}
 }

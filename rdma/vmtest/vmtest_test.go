@@ -9,7 +9,8 @@
 // console: the tests' verdicts, the measured figures, the bytes that
 // crossed the link.
 //
-// Only with CXLPOOL_VMTEST=1 (make vmtest-rdma); it needs
+// Only with CXLPOOL_VMTEST=1 (make vmtest-rdma; CXLPOOL_VMTEST_CONSOLE=FILE
+// copies the guest's console there as it runs); it needs
 // qemu-system-x86_64, xz, gcc, libibverbs-dev and ibverbs-providers, and
 // /boot/vmlinuz-* with its /lib/modules.
 package vmtest
@@ -111,6 +112,15 @@ func TestVerbsVM(t *testing.T) {
 		"-display", "none", "-serial", "stdio", "-monitor", "none", "-nic", "none", "-no-reboot",
 		"-kernel", vmlinux, "-initrd", initrd, "-append", "console=ttyS0 panic=-1 quiet")
 	q.Stdout, q.Stderr = &console, &console
+	if path := os.Getenv("CXLPOOL_VMTEST_CONSOLE"); path != "" { // to follow a slow run
+		f, err := os.Create(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		w := io.MultiWriter(&console, f)
+		q.Stdout, q.Stderr = w, w
+	}
 	start := time.Now()
 	qerr := q.Run()
 	out := console.String()
