@@ -115,6 +115,7 @@ func TestVerbs(t *testing.T) {
 		t.Fatalf("got size %d, want %d", c.Size(), fake.ChunkSize)
 	}
 	data := bytes.Repeat([]byte("verbs!"), 250000) // 1.5 MB: spans both extents
+	const word = fake.ChunkSize - 64               // past data's end
 	tests := []struct {
 		name string
 		run  func() error
@@ -131,10 +132,10 @@ func TestVerbs(t *testing.T) {
 			}
 			return nil
 		}, nil},
-		{"cas", func() error { return wantWord(c.CompareAndSwap(ctx, 1<<20, 0, 42))(0) }, nil},
-		{"cas refused", func() error { return wantWord(c.CompareAndSwap(ctx, 1<<20, 7, 9))(42) }, nil},
-		{"faa", func() error { return wantWord(c.FetchAdd(ctx, 1<<20, 8))(42) }, nil},
-		{"faa again", func() error { return wantWord(c.FetchAdd(ctx, 1<<20, 1))(50) }, nil},
+		{"cas", func() error { return wantWord(c.CompareAndSwap(ctx, word, 0, 42))(0) }, nil},
+		{"cas refused", func() error { return wantWord(c.CompareAndSwap(ctx, word, 7, 9))(42) }, nil},
+		{"faa", func() error { return wantWord(c.FetchAdd(ctx, word, 8))(42) }, nil},
+		{"faa again", func() error { return wantWord(c.FetchAdd(ctx, word, 1))(50) }, nil},
 		{"unaligned", func() error { _, err := c.FetchAdd(ctx, 9, 1); return err }, rdma.ErrAlign},
 		{"past end", func() error { return c.Read(ctx, make([]byte, 2), fake.ChunkSize-1) }, rdma.ErrRange},
 	}
@@ -151,9 +152,9 @@ func TestVerbs(t *testing.T) {
 	if _, err := b.env.File.ReadAt(host, int64(fake.DPA(100))); err != nil || string(host) != "verbs!" {
 		t.Errorf("host reads %q, %v", host, err)
 	}
-	word := make([]byte, 8)
-	if _, err := b.env.File.ReadAt(word, int64(fake.DPA(1<<20))); err != nil || word[0] != 51 {
-		t.Errorf("host reads the atomics' word as %v, %v; want 51", word, err)
+	w := make([]byte, 8)
+	if _, err := b.env.File.ReadAt(w, int64(fake.DPA(word))); err != nil || w[0] != 51 {
+		t.Errorf("host reads the atomics' word as %v, %v; want 51", w, err)
 	}
 	if err := b.env.Service.Revoke(ctx, x.ID); err != nil {
 		t.Fatal(err)
