@@ -31,12 +31,12 @@ func TestExportRDMANamedDeviceMustOpen(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer app.Close()
 	err = app.Start(ctx)
+	cancel()
+	app.Close()
 	if !errors.Is(err, verbs.ErrNoDevice) && !errors.Is(err, verbs.ErrNotBuilt) {
 		t.Errorf("got %v, want ErrNoDevice or ErrNotBuilt", err)
 	}
-	app.Manager.Wait()
 }
 
 // TestExportServedByTheDaemon: the daemon's export server with

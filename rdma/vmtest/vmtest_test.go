@@ -2,8 +2,9 @@
 // guest (TCG) booting Debian's kernel (the box image's) with a small
 // initramfs: ./guest as init, soft-RoCE (rdma_rxe and what it needs, veth),
 // rdma-core's libibverbs with the rxe provider and its driver file, and the
-// verbs package's test binary built with the verbs tag. The guest makes a
-// veth pair with an rxe device on each end and runs the tests with the
+// verbs package's and the appliance's test binaries built with the verbs
+// tag. The guest makes a veth pair with an rxe device on each end and
+// runs the tests with the
 // server on one end and the client on the other (see guest's comment for
 // why both ends share a network namespace). The host side reads the
 // console: the tests' verdicts, the measured figures, the bytes that
@@ -79,10 +80,12 @@ func TestVerbsVM(t *testing.T) {
 	goBuild(t, []string{"CGO_ENABLED=0"}, "build", "-o", initBin, "./guest")
 	testBin := filepath.Join(dir, "verbs.test")
 	goBuild(t, []string{"CGO_ENABLED=1"}, "test", "-c", "-tags", "verbs", "-o", testBin, "../verbs")
+	appBin := filepath.Join(dir, "appliance.test")
+	goBuild(t, []string{"CGO_ENABLED=1"}, "test", "-c", "-tags", "verbs", "-o", appBin, "../../appliance")
 
-	files := map[string]string{"init": initBin, "verbs.test": testBin,
+	files := map[string]string{"init": initBin, "verbs.test": testBin, "appliance.test": appBin,
 		strings.TrimPrefix(provider, "/"): provider, strings.TrimPrefix(driverFile, "/"): driverFile}
-	for _, bin := range []string{testBin, provider} {
+	for _, bin := range []string{testBin, appBin, provider} {
 		libs, err := sharedLibs(bin)
 		if err != nil {
 			t.Fatal(err)

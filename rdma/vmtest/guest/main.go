@@ -7,8 +7,10 @@
 // addresses over the pair instead of the loopback device, so that every
 // RoCE v2 packet and every TCP segment crosses the link. Then it runs the
 // verbs transport's tests (the test binary /verbs.test, built with the
-// verbs tag) with rxe0 serving and rxe1 as the client, prints their output
-// and the bytes that crossed the link, and powers off.
+// verbs tag) with rxe0 serving and rxe1 as the client, then the
+// appliance's export tests (/appliance.test: the daemon's assembly serving
+// over verbs on rxe0), prints their output and the bytes that crossed the
+// link, and powers off.
 //
 // Why one guest and not a network namespace: Linux 6.1's rdma_rxe opens its
 // UDP socket (port 4791) and routes only in the initial network namespace,
@@ -89,19 +91,26 @@ func run() error {
 		}
 	}
 	before := linkBytes()
-	cmd := exec.Command("/verbs.test", "-test.v", "-test.count=1", "-test.timeout=8m")
-	cmd.Env = []string{
-		"PATH=/", "CXLPOOL_VERBS_SERVER_DEV=rxe0", "CXLPOOL_VERBS_CLIENT_DEV=rxe1",
-		"CXLPOOL_VERBS_SERVER_ADDR=" + boxAddr.String(), "CXLPOOL_VERBS_CLIENT_ADDR=" + rackAddr.String(),
-		"CXLPOOL_VERBS_BENCH=1",
+	var errs []error
+	for _, args := range [][]string{
+		{"/verbs.test"},
+		// The daemon's assembly (appliance: the virtual box, the ledger,
+		// the export server with --export-rdma rxe0) serving the rack.
+		{"/appliance.test", "-test.run", "^(TestExportServedByTheDaemon|TestExportRDMANamedDeviceMustOpen)$"},
+	} {
+		cmd := exec.Command(args[0], append(args[1:], "-test.v", "-test.count=1", "-test.timeout=8m")...)
+		cmd.Env = []string{
+			"PATH=/", "TMPDIR=/tmp", "HOME=/tmp", "CXLPOOL_VERBS_SERVER_DEV=rxe0", "CXLPOOL_VERBS_CLIENT_DEV=rxe1",
+			"CXLPOOL_VERBS_SERVER_ADDR=" + boxAddr.String(), "CXLPOOL_VERBS_CLIENT_ADDR=" + rackAddr.String(),
+			"CXLPOOL_VERBS_BENCH=1",
+		}
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
+		if err := cmd.Run(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", args[0], err))
+		}
 	}
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stdout
-	err := cmd.Run()
 	fmt.Printf("rdmavm: the rack's end (veth1) sent %d bytes over the link during the tests\n", linkBytes()-before)
-	if err != nil {
-		return fmt.Errorf("verbs tests: %w", err)
-	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // linkBytes is what veth1 (the rack's end) has sent.
