@@ -22,6 +22,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,7 +31,7 @@ import (
 	"testing"
 	"time"
 
-	"cxlpool/image/build"
+	"cxlpool/internal/vmkit"
 )
 
 // resultPrefix starts the guest's last console line (guest.ResultPrefix).
@@ -73,7 +74,7 @@ func TestVerbsVM(t *testing.T) {
 	dir := t.TempDir()
 
 	vmlinux := filepath.Join(dir, "vmlinux")
-	if err := extract(bz, vmlinux); err != nil {
+	if err := vmkit.Extract(bz, vmlinux); err != nil {
 		t.Fatal(err)
 	}
 	initBin := filepath.Join(dir, "init")
@@ -230,52 +231,21 @@ func moduleOrder(depFile string, want []string) ([]string, error) {
 	return order, nil
 }
 
-// extract writes the uncompressed kernel (an ELF QEMU boots via PVH, in a
-// third of the bzImage's time under TCG).
-func extract(bz, out string) error {
-	b, err := os.ReadFile(bz)
-	if err != nil {
-		return err
-	}
-	payload, err := build.BzImagePayload(b)
-	if err != nil {
-		return err
-	}
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	cmd := exec.Command("xz", "-dc", "--single-stream")
-	cmd.Stdin, cmd.Stdout = bytes.NewReader(payload), f
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("xz -d of %s: %w", bz, err)
-	}
-	return f.Close()
-}
-
-// makeInitramfs writes a newc cpio: files (archive path → host path, with
-// their directories), the modules under /lib/modules and their load order.
+// makeInitramfs writes a newc cpio: files (archive path → host path), the
+// modules under /lib/modules and their load order.
 func makeInitramfs(out string, files map[string]string, modDir string, mods []string) error {
 	f, err := os.Create(out)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	w := &cpioWriter{w: f, dirs: map[string]bool{}}
-	names := slices.Sorted(func(yield func(string) bool) {
-		for k := range files {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	for _, name := range names {
+	w := vmkit.NewCPIO(f)
+	for _, name := range slices.Sorted(maps.Keys(files)) {
 		data, err := os.ReadFile(files[name])
 		if err != nil {
 			return err
 		}
-		w.file(name, 0o755, data)
+		w.File(name, 0o755, data)
 	}
 	var order []string
 	for _, m := range mods {
@@ -284,55 +254,14 @@ func makeInitramfs(out string, files map[string]string, modDir string, mods []st
 			return err
 		}
 		name := "lib/modules/" + filepath.Base(m)
-		w.file(name, 0o644, data)
+		w.File(name, 0o644, data)
 		order = append(order, "/"+name)
 	}
-	w.file("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
-	w.entry("TRAILER!!!", 0, nil)
-	if w.err != nil {
-		return w.err
+	w.File("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
+	if err := w.Close(); err != nil {
+		return err
 	}
 	return f.Close()
-}
-
-type cpioWriter struct {
-	w    io.Writer
-	ino  int
-	dirs map[string]bool
-	err  error
-}
-
-// file writes a regular file after the directories above it.
-func (c *cpioWriter) file(name string, perm int, data []byte) {
-	var parents []string
-	for d := filepath.Dir(name); d != "." && !c.dirs[d]; d = filepath.Dir(d) {
-		parents = append(parents, d)
-	}
-	for _, d := range slices.Backward(parents) {
-		c.dirs[d] = true
-		c.entry(d, 0o040755, nil)
-	}
-	c.entry(name, 0o100000|perm, data)
-}
-
-// entry writes one newc header, name and data, each padded to 4 bytes.
-func (c *cpioWriter) entry(name string, mode int, data []byte) {
-	if c.err != nil {
-		return
-	}
-	c.ino++
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
-	buf := append([]byte(hdr), name...)
-	buf = append(buf, 0)
-	for len(buf)%4 != 0 {
-		buf = append(buf, 0)
-	}
-	buf = append(buf, data...)
-	for len(buf)%4 != 0 {
-		buf = append(buf, 0)
-	}
-	_, c.err = c.w.Write(buf)
 }
 
 func tail(s string, n int) string {

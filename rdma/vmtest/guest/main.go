@@ -34,6 +34,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"cxlpool/internal/vmkit"
 )
 
 // ResultPrefix starts the guest's last console line (kept in step with
@@ -71,7 +73,7 @@ func run() error {
 		}
 	}
 	t0 := time.Now()
-	if err := loadModules("/modules.order"); err != nil {
+	if err := vmkit.LoadModules("/modules.order"); err != nil {
 		return err
 	}
 	fmt.Printf("rdmavm: modules loaded in %v\n", time.Since(t0).Round(time.Millisecond))
@@ -228,30 +230,6 @@ func waitGID(ctx context.Context, dev string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-}
-
-// loadModules loads each module file named in order (dependencies first).
-func loadModules(order string) error {
-	b, err := os.ReadFile(order)
-	if err != nil {
-		return err
-	}
-	for line := range strings.Lines(string(b)) {
-		p := strings.TrimSpace(line)
-		if p == "" {
-			continue
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = unix.FinitModule(int(f.Fd()), "", 0)
-		f.Close()
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("load %s: %w", p, err)
-		}
-	}
-	return nil
 }
 
 func dmesg() {
