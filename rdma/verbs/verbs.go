@@ -280,14 +280,15 @@ type queuePair struct {
 
 // connect creates a queue pair whose peer is peer and whose remote access
 // rights are access, and moves it to ready-to-send.
-func (d *device) connect(peer Endpoint, access C.int) (*queuePair, Endpoint, error) {
+// The queue pair is in pd: it reaches only memory registered there.
+func (d *device) connect(pd *C.struct_ibv_pd, peer Endpoint, access C.int) (*queuePair, Endpoint, error) {
 	q := &queuePair{}
 	var err error
 	q.cq, err = C.ibv_create_cq(d.ctx, d.depth, nil, nil, 0)
 	if q.cq == nil {
 		return nil, Endpoint{}, errnoErr("create cq", 0, err)
 	}
-	q.qp, err = C.cxl_create_qp(d.pd, q.cq, d.depth)
+	q.qp, err = C.cxl_create_qp(pd, q.cq, d.depth)
 	if q.qp == nil {
 		q.destroy()
 		return nil, Endpoint{}, errnoErr("create qp", 0, err)
@@ -355,8 +356,12 @@ type Server struct {
 
 // registration is one export's memory registered with the device, and
 // the queue pairs through which clients reach it. It holds a Pin on the
-// export for its whole life, so a revoke waits for the teardown.
+// export for its whole life, so a revoke waits for the teardown. Each
+// export has a protection domain of its own: a queue pair connected for
+// one export cannot reach another's memory even with its remote key
+// (the device refuses an rkey of another domain).
 type registration struct {
+	pd      *C.struct_ibv_pd
 	h       *rdma.Handle
 	mrs     []*C.struct_ibv_mr
 	regions []Region
@@ -394,7 +399,7 @@ func (s *Server) Request(ctx context.Context, h *rdma.Handle, body []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	q, local, err := s.dev.connect(peer, remoteAccess(h.Perms()))
+	q, local, err := s.dev.connect(reg.pd, peer, remoteAccess(h.Perms()))
 	if err != nil {
 		if len(reg.qps) == 0 {
 			s.teardownLocked(reg)
@@ -417,9 +422,13 @@ func (s *Server) register(h *rdma.Handle) (*registration, error) {
 		return nil, err
 	}
 	reg := &registration{h: h, qps: map[*queuePair]struct{}{}}
+	if reg.pd, err = C.ibv_alloc_pd(s.dev.ctx); reg.pd == nil {
+		s.teardownLocked(reg)
+		return nil, errnoErr("alloc pd", 0, err)
+	}
 	var off uint64
 	for _, seg := range segs {
-		mr, err := C.cxl_reg_mr(s.dev.pd, unsafe.Pointer(&seg[0]), C.size_t(len(seg)), remoteAccess(h.Perms()))
+		mr, err := C.cxl_reg_mr(reg.pd, unsafe.Pointer(&seg[0]), C.size_t(len(seg)), remoteAccess(h.Perms()))
 		if mr == nil {
 			s.teardownLocked(reg)
 			return nil, errnoErr("register memory", 0, err)
@@ -453,6 +462,10 @@ func (s *Server) teardownLocked(reg *registration) {
 		C.ibv_dereg_mr(mr)
 	}
 	reg.mrs = nil
+	if reg.pd != nil {
+		C.ibv_dealloc_pd(reg.pd)
+		reg.pd = nil
+	}
 	if reg.stop != nil {
 		reg.stop()
 	}
