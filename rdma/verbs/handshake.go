@@ -4,10 +4,14 @@
 // transport's semantics: a client opens a session over the TCP control
 // channel (rdma/tcp, rdma/client), then sends one wire.OpConnect request
 // carrying its queue pair's address; the server registers the export's
-// memory (one memory region per device extent, with remote access rights
-// from the export's permissions), connects a reliable-connected queue pair
-// to the client's and answers with its own address and the regions'
-// remote keys. The HCA enforces the bounds and rights of every access.
+// memory (one memory region per device extent, in a protection domain of
+// the export's own so that no other export's queue pair can reach it, with
+// remote access rights from the export's permissions), connects a
+// reliable-connected queue pair to the client's and answers with its own
+// address and the regions' remote keys. The HCA enforces the bounds and
+// rights of every access. It has run for real on soft-RoCE in a QEMU guest
+// (rdma/vmtest, make vmtest-rdma); the client's Open picks this transport
+// when both ends can and TCP otherwise.
 //
 // Revoking the export (or releasing its chunk) moves its queue pairs to
 // the error state and deregisters its memory before Revoke returns, so no
