@@ -11,7 +11,9 @@ import (
 	"os"
 	"os/exec"
 	"path"
+	"path/filepath"
 	"slices"
+	"strings"
 
 	"cxlpool/image/build"
 )
@@ -64,6 +66,24 @@ func (c *CPIO) File(name string, perm int, data []byte) {
 		c.entry(d, 0o040755, nil)
 	}
 	c.entry(name, 0o100000|perm, data)
+}
+
+// Modules writes the kernel modules mods (paths under modDir, in load
+// order) as /lib/modules/NAME.ko and their order, one absolute path a
+// line, as /modules.order (what LoadModules reads).
+func (c *CPIO) Modules(modDir string, mods []string) error {
+	var order []string
+	for _, m := range mods {
+		data, err := os.ReadFile(filepath.Join(modDir, m))
+		if err != nil {
+			return err
+		}
+		name := "lib/modules/" + filepath.Base(m)
+		c.File(name, 0o644, data)
+		order = append(order, "/"+name)
+	}
+	c.File("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
+	return nil
 }
 
 // Close writes the trailer and returns the first error.

@@ -2,6 +2,8 @@ package vmkit
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -17,6 +19,16 @@ func TestCPIO(t *testing.T) {
 	c.File("init", 0o755, []byte("x"))
 	c.File("lib/modules/a.ko", 0o644, []byte("ab"))
 	c.File("lib/modules/b.ko", 0o644, nil)
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "kernel/net"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kernel/net/c.ko"), []byte("c"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Modules(dir, []string{"kernel/net/c.ko"}); err != nil {
+		t.Fatal(err)
+	}
 	if err := c.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +47,11 @@ func TestCPIO(t *testing.T) {
 		n += (size + 3) &^ 3
 		rest = rest[n:]
 	}
-	want := []string{"init", "lib", "lib/modules", "lib/modules/a.ko", "lib/modules/b.ko", "TRAILER!!!"}
+	want := []string{"init", "lib", "lib/modules", "lib/modules/a.ko", "lib/modules/b.ko",
+		"lib/modules/c.ko", "modules.order", "TRAILER!!!"}
+	if !bytes.Contains(b.Bytes(), []byte("modules.order\x00/lib/modules/c.ko\n")) {
+		t.Error("modules.order does not name /lib/modules/c.ko")
+	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("entries (-want +got):\n%s", diff)
 	}

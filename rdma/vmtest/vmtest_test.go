@@ -247,17 +247,9 @@ func makeInitramfs(out string, files map[string]string, modDir string, mods []st
 		}
 		w.File(name, 0o755, data)
 	}
-	var order []string
-	for _, m := range mods {
-		data, err := os.ReadFile(filepath.Join(modDir, m))
-		if err != nil {
-			return err
-		}
-		name := "lib/modules/" + filepath.Base(m)
-		w.File(name, 0o644, data)
-		order = append(order, "/"+name)
+	if err := w.Modules(modDir, mods); err != nil {
+		return err
 	}
-	w.File("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
 	if err := w.Close(); err != nil {
 		return err
 	}

@@ -142,17 +142,9 @@ func makeInitramfs(out, initBin, modDir string) error {
 		return err
 	}
 	w.File("init", 0o755, data)
-	var order []string
-	for _, m := range modules {
-		data, err := os.ReadFile(filepath.Join(modDir, m))
-		if err != nil {
-			return err
-		}
-		name := "lib/modules/" + filepath.Base(m)
-		w.File(name, 0o644, data)
-		order = append(order, "/"+name)
+	if err := w.Modules(modDir, modules); err != nil {
+		return err
 	}
-	w.File("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
 	if err := w.Close(); err != nil {
 		return err
 	}
