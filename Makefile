@@ -16,7 +16,7 @@ EXTERNAL_HOSTS ?=
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-uefi vmtest-host
+.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-uefi vmtest-host vmtest-rdma
 
 all: build
 
@@ -138,6 +138,15 @@ vmtest-host:
 	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* >/dev/null 2>&1 || \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils
 	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./host/linux/vmtest/
+
+# Exports over RDMA verbs for real: one QEMU guest (TCG) with soft-RoCE
+# (rdma_rxe) on both ends of a veth pair, the verbs transport's tests and
+# its figures against TCP on the same link (rdma/vmtest). Installs what it
+# needs if missing (root).
+vmtest-rdma:
+	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* /usr/include/infiniband/verbs.h /etc/libibverbs.d/rxe.driver >/dev/null 2>&1 || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils gcc libibverbs-dev ibverbs-providers
+	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./rdma/vmtest/
 
 clean:
 	rm -rf $(BIN) bench.txt

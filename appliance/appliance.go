@@ -69,6 +69,9 @@ type Config struct {
 	// DAXPath maps the pool for exports on hardware (a /dev/daxX.Y
 	// device); the virtual box's memory is mapped directly.
 	DAXPath string
+	// ExportRDMA serves exports over RDMA verbs beside TCP (export_rdma.go):
+	// off (or empty), auto, or a device name.
+	ExportRDMA string
 	// Board configures board management (board.go).
 	Board BoardConfig
 	// CHMU locates a real device's hotness monitoring unit for telemetry
@@ -314,8 +317,12 @@ func (a *Appliance) openExports() error {
 		mem.Close()
 		return fmt.Errorf("appliance: %w", err)
 	}
-	svc, err := rdma.NewService(rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
-		Clock: a.cfg.Clock, Store: st})
+	rcfg := rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
+		Clock: a.cfg.Clock, Store: st}
+	if a.Box != nil {
+		rcfg.CountAccess = a.Box.CountAccess // the virtual box's CHMU sees exported traffic
+	}
+	svc, err := rdma.NewService(rcfg)
 	if err != nil {
 		mem.Close()
 		st.Close()
@@ -383,11 +390,18 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("appliance: export server: %w", err)
 	}
-	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	exts, closeVerbs, err := a.exportVerbs()
 	if err != nil {
 		ln.Close()
+		return err
+	}
+	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Extensions: exts, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	if err != nil {
+		ln.Close()
+		closeVerbs()
 		return fmt.Errorf("appliance: export server: %w", err)
 	}
+	a.closers = append(a.closers, closeVerbs) // after the server has closed
 	a.ExportAddr = ln.Addr()
 	go srv.Serve(ln)
 	a.closers = append(a.closers, srv.Close)

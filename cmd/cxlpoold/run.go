@@ -29,6 +29,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
 	plainHTTP := fs.Bool("http", false, "serve the API over plain HTTP instead of TLS (development only)")
 	exportListen := fs.String("export-listen", "", "serve exported pool memory to remote racks on this TCP address (empty: off)")
+	exportRDMA := addExportRDMAFlag(fs) // export_rdma.go
 	kvListen := fs.String("kv-listen", "", "serve the KV-cache store's index protocol to hosts on this TCP address (empty: off)")
 	kvSocket := fs.String("kv-socket", "", "serve the KV-cache store's index protocol on this unix socket (empty: off)")
 	daxPath := fs.String("dax", "", "DAX device that maps the pool's memory for exports on hardware (the virtual box needs none)")
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app, err := appliance.Open(ctx, appliance.Config{
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
-		ExportListen: *exportListen, DAXPath: *daxPath,
+		ExportListen: *exportListen, DAXPath: *daxPath, ExportRDMA: *exportRDMA,
 		KVListen: *kvListen, KVSocket: *kvSocket,
 		CHMU: *chmuLoc, SimWorkload: workload, Fleet: fleetCfg,
 	})
