@@ -46,7 +46,7 @@ func (a *Appliance) openKV() error {
 	}
 	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"), Exporter: exporter,
 		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock, NewEvictor: newEvictor,
-			Events: a.kvEv.sink}})
+			Events: a.kvEv.sink, ResyncLater: true}})
 	if err != nil {
 		return fmt.Errorf("appliance: %w", err)
 	}
@@ -55,7 +55,8 @@ func (a *Appliance) openKV() error {
 	return nil
 }
 
-// startKV frees namespace chunks a crash left outside the index, starts
+// startKV frees namespace chunks a crash left outside the index, forgets
+// those whose capacity is lost (with their blocks), starts
 // the lease reaper and the protocol servers (KVListen, KVSocket).
 func (a *Appliance) startKV(ctx context.Context) error {
 	if a.Telemetry != nil {
@@ -64,6 +65,13 @@ func (a *Appliance) startKV(ctx context.Context) error {
 	if err := a.KV.Sweep(ctx); err != nil {
 		a.cfg.Logger.Warn("kv: sweep of stray namespace chunks", "err", err)
 	}
+	// Reconcile has marked lost what the device no longer holds (all of
+	// it after a restart on the in-process virtual box, whose memory died
+	// with the daemon): no client may be told those blocks' locations.
+	if err := a.KV.DropLost(ctx); err != nil {
+		a.cfg.Logger.Warn("kv: dropping namespace chunks whose capacity is lost", "err", err)
+	}
+	a.KV.Ix.Resync() // what each namespace holds now (openKV deferred it)
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); a.KV.RunReaper(rctx, time.Second) }()

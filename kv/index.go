@@ -45,6 +45,11 @@ type IndexConfig struct {
 	// EventQueue (DefaultEventQueue) that drops when full.
 	Events     EventSink
 	EventQueue int
+	// ResyncLater: OpenIndex does not send the state (Cleared, Stored);
+	// the owner calls Resync once it has checked it (the daemon: after
+	// dropping chunks whose capacity is lost, so a router never hears of
+	// blocks whose memory is gone).
+	ResyncLater bool
 }
 
 // Index is the KV index of every namespace. Methods are safe for
@@ -183,7 +188,9 @@ func OpenIndex(cfg IndexConfig) (*Index, error) {
 		ix.log.Info("kv namespace restored", "namespace", ns.name, "blocks", len(ns.keys), "chunks", len(ns.chunks), "used", ns.used)
 	}
 	ix.ev = newEvents(cfg.Events, cfg.EventQueue, ix.Resync)
-	ix.emitState()
+	if !cfg.ResyncLater {
+		ix.emitState()
+	}
 	return ix, nil
 }
 

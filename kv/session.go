@@ -396,6 +396,11 @@ func (s *Session) Commit(ids []uint64) ([]error, error) {
 		}
 		b := bs[j]
 		j++
+		if ns.blocks[b.id] != b {
+			// Its chunk was lost meanwhile (LoseChunks): the bytes are gone.
+			out[i] = fmt.Errorf("kv: block %d: its chunk's capacity was lost: %w", b.id, ErrStale)
+			continue
+		}
 		size := b.chunk.space.round(b.length)
 		if err != nil {
 			// Not durable: still a reservation, unless the session went.
