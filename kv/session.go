@@ -129,6 +129,9 @@ func (s *Session) Stats() (Stats, uint64) {
 
 func (ix *Index) statsLocked(ns *nsState) Stats {
 	st := Stats{Blocks: uint64(len(ns.keys)), Used: ns.used, Reserved: ns.reserved, Capacity: ns.capacity(), Evictions: ns.evictions}
+	for _, c := range ns.chunks {
+		st.Free += c.space.size - c.space.used
+	}
 	for _, s := range ix.sessions {
 		if s.ns == ns {
 			st.Sessions++
