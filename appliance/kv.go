@@ -151,9 +151,12 @@ func (k *kvEvents) sink(ctx context.Context, e kv.Event) {
 }
 
 // publishKV is one kv.Event as the fleet's KV-event calls. The box knows
-// a block only by its key: the block hash is kv.KeyHash(key), the tokens
-// hash the same number (clients do not tell the box their tokens), and
-// parent_hash null (nor their sequences).
+// a block by its key and what its client told of its sequence (kv.Seq):
+// the block hash is kv.KeyHash(key), parent_hash the parent the client
+// gave the event's first block (null if none: a sequence's first, or not
+// told; each Stored event is one chain), and the tokens hash the block
+// hash again (clients tell the box how many tokens a block holds, not
+// which; Dynamo's event has no token count, the SSE form carries it).
 func publishKV(ctx context.Context, p fleet.KVEventPublisher, e kv.Event) error {
 	switch e.Kind {
 	case kv.EventStored:
@@ -161,7 +164,7 @@ func publishKV(ctx context.Context, p fleet.KVEventPublisher, e kv.Event) error 
 		for i, b := range e.Blocks {
 			bs[i] = fleet.StoredBlock{BlockHash: b.Hash, TokensHash: b.Hash}
 		}
-		return p.BlockStored(ctx, e.Namespace, nil, bs)
+		return p.BlockStored(ctx, e.Namespace, e.Parent, bs)
 	case kv.EventRemoved:
 		hs := make([]uint64, len(e.Blocks))
 		for i, b := range e.Blocks {

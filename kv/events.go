@@ -51,7 +51,14 @@ type Event struct {
 	Kind      EventKind
 	Namespace string
 	Reason    string // for Removed; ReasonResync for a resync's Cleared and Stored
-	Blocks    []EventBlock
+	// Parent is, for Stored, the block hash the first block continues (as
+	// its client told it: kv.Seq); nil for a sequence's first block or
+	// blocks whose clients did not say. A Stored event is one chain: each
+	// further block continues the one before it (a client's parent equals
+	// the previous block's Hash), or, when no client told anything, the
+	// blocks of one change in order, parent nil, as before clients could.
+	Parent *uint64
+	Blocks []EventBlock
 }
 
 // EventBlock is one block of an Event.
@@ -61,6 +68,9 @@ type EventBlock struct {
 	// Hash is the key as the 64-bit block hash a KV-aware router uses
 	// (KeyHash).
 	Hash uint64
+	// Tokens is the tokens the block holds, as its client told it (0:
+	// not told).
+	Tokens uint32
 }
 
 // KeyHash is a key as a router's 64-bit block hash: an 8-byte key is the
@@ -168,14 +178,51 @@ func (ix *Index) EventsDropped() uint64 {
 func eventBlocks(bs []*block) []EventBlock {
 	out := make([]EventBlock, len(bs))
 	for i, b := range bs {
-		out[i] = EventBlock{Key: []byte(b.key), Length: b.length, Hash: KeyHash([]byte(b.key))}
+		out[i] = EventBlock{Key: []byte(b.key), Length: b.length, Hash: KeyHash([]byte(b.key)), Tokens: b.seq.Tokens}
 	}
 	return out
 }
 
-// emitLocked sends a Stored or Removed event of bs (none if empty).
+// storedEvents is the Stored events of bs, in order: one per chain (see
+// Event.Parent), each of at most max blocks (a longer chain goes on in
+// the next event, whose parent is the last block before it).
+func storedEvents(ns string, reason string, bs []*block, max int) []Event {
+	var out []Event
+	for i := 0; i < len(bs); {
+		j := i + 1
+		for j < len(bs) && j-i < max && continues(bs[j-1], bs[j]) {
+			j++
+		}
+		e := Event{Kind: EventStored, Namespace: ns, Reason: reason, Blocks: eventBlocks(bs[i:j])}
+		if q := bs[i].seq; q.HasParent {
+			p := q.Parent
+			e.Parent = &p
+		}
+		out = append(out, e)
+		i = j
+	}
+	return out
+}
+
+// continues reports whether b goes in prev's Stored event: it continues
+// prev's chain, or neither says anything of a chain.
+func continues(prev, b *block) bool {
+	if b.seq.HasParent {
+		return b.seq.Parent == KeyHash([]byte(prev.key))
+	}
+	return !b.seq.told() && !prev.seq.told()
+}
+
+// emitLocked sends a Stored or Removed event of bs (none if empty); a
+// Stored one per chain.
 func (ix *Index) emitLocked(kind EventKind, ns *nsState, reason string, bs []*block) {
 	if ix.ev == nil || len(bs) == 0 || ix.closed {
+		return
+	}
+	if kind == EventStored {
+		for _, e := range storedEvents(ns.name, reason, bs, len(bs)) {
+			ix.ev.emit(e)
+		}
 		return
 	}
 	ix.ev.emit(Event{Kind: kind, Namespace: ns.name, Reason: reason, Blocks: eventBlocks(bs)})
@@ -199,35 +246,36 @@ func (ix *Index) emitState() {
 		return
 	}
 	names := make([]string, 0, len(ix.ns))
-	need := 0
-	for n, ns := range ix.ns {
+	for n := range ix.ns {
 		names = append(names, n)
-		need += 1 + (len(ns.keys)+startBatch-1)/startBatch
 	}
-	if need > cap(ix.ev.ch)-len(ix.ev.ch) {
+	slices.Sort(names)
+	var all []Event
+	for _, n := range names {
+		ns := ix.ns[n]
+		all = append(all, Event{Kind: EventCleared, Namespace: n, Reason: ReasonResync})
+		ids := make([]uint64, 0, len(ns.keys))
+		for _, b := range ns.keys {
+			ids = append(ids, b.id)
+		}
+		slices.Sort(ids) // commit order: a chain's blocks follow each other
+		bs := make([]*block, len(ids))
+		for i, id := range ids {
+			bs[i] = ns.blocks[id]
+		}
+		all = append(all, storedEvents(n, ReasonResync, bs, startBatch)...)
+		if len(all) > cap(ix.ev.ch)-len(ix.ev.ch) {
+			break
+		}
+	}
+	if len(all) > cap(ix.ev.ch)-len(ix.ev.ch) {
 		// Half a state would mislead a router more than none: try again
 		// once the queue has drained.
 		ix.ev.lost.Store(true)
 		return
 	}
-	slices.Sort(names)
-	for _, n := range names {
-		ns := ix.ns[n]
-		ix.ev.emit(Event{Kind: EventCleared, Namespace: n, Reason: ReasonResync})
-		ids := make([]uint64, 0, len(ns.keys))
-		for _, b := range ns.keys {
-			ids = append(ids, b.id)
-		}
-		slices.Sort(ids)
-		bs := make([]*block, 0, min(len(ids), startBatch))
-		for _, id := range ids {
-			bs = append(bs, ns.blocks[id])
-			if len(bs) == startBatch {
-				ix.emitLocked(EventStored, ns, ReasonResync, bs)
-				bs = bs[:0:0]
-			}
-		}
-		ix.emitLocked(EventStored, ns, ReasonResync, bs)
+	for _, e := range all {
+		ix.ev.emit(e)
 	}
 }
 

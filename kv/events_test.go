@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -203,5 +204,72 @@ func TestEventsResyncAfterDrops(t *testing.T) {
 			t.Fatalf("no resync; events: %+v", got)
 		}
 		time.Sleep(5 * time.Millisecond) // poll interval
+	}
+}
+
+// TestEventsCarrySequence: what a client tells of a block's sequence
+// (parent hash, token count) comes back in its Stored event, one event
+// per chain, and again from the log after a restart (and after the
+// restart's compaction, a second time).
+func TestEventsCarrySequence(t *testing.T) {
+	dir := t.TempDir()
+	rec := &evRecorder{}
+	clk := &clock{}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: dir, Clock: clk.now, Events: rec.sink}, 1)
+	s := open(t, ix)
+	ctx := context.Background()
+	ha := kv.KeyHash([]byte("a"))
+	items := []kv.PutItem{
+		{Key: []byte("a"), Length: 4096, Seq: kv.Seq{Tokens: 256}},                              // a chain's root
+		{Key: []byte("b"), Length: 4096, Seq: kv.Seq{HasParent: true, Parent: ha, Tokens: 256}}, // continues a
+		{Key: []byte("c"), Length: 4096, Seq: kv.Seq{HasParent: true, Parent: 999, Tokens: 16}}, // another chain
+		{Key: []byte("d"), Length: 4096},                                                        // not told
+		{Key: []byte("e"), Length: 4096},                                                        // not told either: with d
+	}
+	res, err := s.Put(ctx, items)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uint64, len(res))
+	for i, r := range res {
+		if r.Err != nil {
+			t.Fatal(r.Err)
+		}
+		ids[i] = r.Block.ID
+	}
+	if errs, err := s.Commit(ids); err != nil || slices.ContainsFunc(errs, func(e error) bool { return e != nil }) {
+		t.Fatalf("commit: %v %v", err, errs)
+	}
+	s.Close()
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	blk := func(k string, tokens uint32) kv.EventBlock {
+		return kv.EventBlock{Key: []byte(k), Length: 4096, Hash: kv.KeyHash([]byte(k)), Tokens: tokens}
+	}
+	p999 := uint64(999)
+	stored := func(reason string) []kv.Event {
+		return []kv.Event{
+			{Kind: kv.EventStored, Namespace: "ns", Reason: reason, Blocks: []kv.EventBlock{blk("a", 256), blk("b", 256)}},
+			{Kind: kv.EventStored, Namespace: "ns", Reason: reason, Parent: &p999, Blocks: []kv.EventBlock{blk("c", 16)}},
+			{Kind: kv.EventStored, Namespace: "ns", Reason: reason, Blocks: []kv.EventBlock{blk("d", 0), blk("e", 0)}},
+		}
+	}
+	if diff := cmp.Diff(stored(""), rec.events()); diff != "" {
+		t.Errorf("commit's events (-want +got):\n%s", diff)
+	}
+	for restart := range 2 { // the second replays the first's compacted log
+		rec := &evRecorder{}
+		ix, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, Clock: clk.now, Events: rec.sink})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := ix.Close(); err != nil {
+			t.Fatal(err)
+		}
+		want := append([]kv.Event{{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonResync}}, stored(kv.ReasonResync)...)
+		if diff := cmp.Diff(want, rec.events()); diff != "" {
+			t.Errorf("restart %d: events (-want +got):\n%s", restart, diff)
+		}
 	}
 }

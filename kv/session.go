@@ -144,11 +144,25 @@ func (b *block) loc() Block {
 	return Block{ID: b.id, Gen: b.gen, Chunk: b.chunk.info.ID, Tag: b.chunk.info.Tag, Offset: b.off, Length: b.length}
 }
 
-// PutItem asks for Length bytes under Key.
+// PutItem asks for Length bytes under Key; Seq is the block's place in
+// its token sequence, if the client told it.
 type PutItem struct {
 	Key    []byte
 	Length uint64
+	Seq    Seq
 }
+
+// Seq is a block's place in the token sequence it caches, as a client
+// tells it (wire FlagMeta) for a KV-aware router: the block hash of the
+// block it continues and its token count. The index keeps it with the
+// block and sends it in events; it never interprets it.
+type Seq struct {
+	HasParent bool   // Parent is set (false: a sequence's first block, or not told)
+	Parent    uint64 // the previous block's 64-bit block hash
+	Tokens    uint32 // tokens the block holds (0: not told)
+}
+
+func (q Seq) told() bool { return q.HasParent || q.Tokens != 0 }
 
 // Put reserves space for each item. A key already committed or being put
 // is ErrExists (the other writer wins). When the namespace is full it
@@ -187,6 +201,7 @@ func (s *Session) Put(ctx context.Context, items []PutItem) ([]PutResult, error)
 			short = append(short, i)
 			continue
 		}
+		b.seq = it.Seq
 		out[i].Block = b.loc()
 	}
 	for round := 0; len(short) > 0 && round < 4; round++ {
@@ -209,6 +224,7 @@ func (s *Session) Put(ctx context.Context, items []PutItem) ([]PutResult, error)
 				left = append(left, i)
 				continue
 			}
+			b.seq = items[i].Seq
 			out[i].Block = b.loc()
 		}
 		short = left
