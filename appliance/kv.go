@@ -108,7 +108,58 @@ func (a *Appliance) startKV(ctx context.Context) error {
 	for _, ln := range lns {
 		go srv.Serve(ln)
 	}
+	a.kvSrv = srv
 	a.closers = append(a.closers, srv.Close)
+	return nil
+}
+
+// kvQuiesceWait bounds Close's QuiesceKV.
+const kvQuiesceWait = 5 * time.Second
+
+// QuiesceKV is the first step of a clean stop: the KV protocol servers
+// stop (no new change; those in flight finish), then every block event
+// of the changes before is delivered: published on the fleet plane and
+// taken by each subscriber (the API's feed has published it to SSE once
+// it takes the marker after it). The daemon calls it before the API
+// stops its streams; Close calls it too. It returns ctx's error if the
+// plane or a subscriber does not keep up.
+func (a *Appliance) QuiesceKV(ctx context.Context) error {
+	if a.kvSrv != nil {
+		_ = a.kvSrv.Close()
+	}
+	if err := a.KV.Ix.FlushEvents(ctx); err != nil {
+		return err
+	}
+	return a.kvEv.flushSubscribers(ctx)
+}
+
+// flushSubscribers sends each subscriber a marker (an Event of Kind 0,
+// which subscribers skip) behind what it was given and waits until it has
+// taken it: a subscriber that handles its events one at a time has then
+// finished every earlier one.
+func (k *kvEvents) flushSubscribers(ctx context.Context) error {
+	k.mu.Lock()
+	subs := make([]chan kv.Event, 0, len(k.subs))
+	for ch := range k.subs {
+		subs = append(subs, ch)
+	}
+	k.mu.Unlock()
+	for _, ch := range subs {
+		select {
+		case ch <- kv.Event{}:
+		case <-ctx.Done():
+			return fmt.Errorf("appliance: a kv event subscriber does not take its events: %w", ctx.Err())
+		}
+	}
+	for _, ch := range subs {
+		for len(ch) > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("appliance: a kv event subscriber does not take its events: %w", ctx.Err())
+			case <-time.After(time.Millisecond): // the subscriber's pace, bounded by ctx
+			}
+		}
+	}
 	return nil
 }
 
@@ -187,7 +238,9 @@ func (k *kvEvents) setPublisher(p fleet.KVEventPublisher) {
 }
 
 // SubscribeKVEvents delivers the KV store's block events (stored,
-// removed, cleared) until cancel; a full channel loses events.
+// removed, cleared) until cancel; a full channel loses events. An Event
+// of Kind 0 is QuiesceKV's flush marker: skip it (handle events one at a
+// time, so that taking it means the ones before are done).
 func (a *Appliance) SubscribeKVEvents(buf int) (<-chan kv.Event, func()) {
 	ch := make(chan kv.Event, buf)
 	k := &a.kvEv

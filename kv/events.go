@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // EventKind says what happened to a namespace's blocks.
@@ -101,6 +103,12 @@ type events struct {
 	sink    EventSink
 	ch      chan Event
 	dropped atomic.Uint64
+	// queued counts events put in ch, sunk those the sink returned from;
+	// progress is closed (and replaced) at each sink return, so FlushEvents
+	// waits without polling.
+	queued, sunk atomic.Uint64
+	pmu          sync.Mutex
+	progress     chan struct{}
 	// lost says events were dropped since the last resync: once the
 	// queue is empty again the dispatcher resyncs (Index.Resync), so a
 	// router that missed changes learns the whole state.
@@ -120,7 +128,8 @@ func newEvents(sink EventSink, queue int, resync func()) *events {
 		queue = DefaultEventQueue
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{}), resync: resync}
+	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{}), resync: resync,
+		progress: make(chan struct{})}
 	go e.run()
 	return e
 }
@@ -129,6 +138,11 @@ func (e *events) run() {
 	defer close(e.done)
 	for ev := range e.ch {
 		e.sink(e.ctx, ev)
+		e.sunk.Add(1)
+		e.pmu.Lock()
+		close(e.progress)
+		e.progress = make(chan struct{})
+		e.pmu.Unlock()
 		if len(e.ch) == 0 && e.lost.Swap(false) && e.ctx.Err() == nil {
 			e.resync() // emits into e.ch: the loop goes on with them
 		}
@@ -143,15 +157,21 @@ func (e *events) emit(ev Event) {
 	}
 	select {
 	case e.ch <- ev:
+		e.queued.Add(1)
 	default:
 		e.dropped.Add(1)
 		e.lost.Store(true)
 	}
 }
 
+// FlushWait is how long Close lets the sink deliver what is queued (with
+// its context live: a network sink still publishes) before it cancels it.
+const FlushWait = 5 * time.Second
+
 // stop ends the queue (under ix.mu, after closed is set: no emit
-// follows); wait then lets the sink finish what is queued, with its
-// context cancelled so a network sink gives up at once.
+// follows); wait then lets the sink deliver what is queued, its context
+// live for up to FlushWait (the last changes before a clean stop reach
+// the router), then cancelled so a sink stuck on a network gives up.
 func (e *events) stop() {
 	if e != nil {
 		e.once.Do(func() { close(e.ch) })
@@ -159,9 +179,38 @@ func (e *events) stop() {
 }
 
 func (e *events) wait() {
-	if e != nil {
-		e.cancel()
-		<-e.done
+	if e == nil {
+		return
+	}
+	t := time.AfterFunc(FlushWait, e.cancel)
+	<-e.done
+	t.Stop()
+	e.cancel()
+}
+
+// FlushEvents returns once the sink has returned from every event queued
+// before the call (dropped ones aside), or with ctx's error, or once the
+// index has closed (Close delivers what is queued).
+func (ix *Index) FlushEvents(ctx context.Context) error {
+	e := ix.ev
+	if e == nil {
+		return nil
+	}
+	target := e.queued.Load()
+	for {
+		e.pmu.Lock()
+		progress := e.progress
+		e.pmu.Unlock()
+		if e.sunk.Load() >= target {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-e.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("kv: flushing events: %d of %d delivered: %w", e.sunk.Load(), target, ctx.Err())
+		}
 	}
 }
 

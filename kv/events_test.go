@@ -273,3 +273,62 @@ func TestEventsCarrySequence(t *testing.T) {
 		}
 	}
 }
+
+// TestEventsDeliveredAtClose: the last changes before a clean stop reach
+// a sink that gives up once its context ends (a network publisher): Close
+// lets it deliver what is queued with its context live. FlushEvents
+// returns once everything queued before it was delivered.
+func TestEventsDeliveredAtClose(t *testing.T) {
+	release := make(chan struct{})
+	rec := &evRecorder{}
+	first := true
+	sink := func(ctx context.Context, e kv.Event) {
+		if first { // hold the queue until the test has queued the rest
+			first = false
+			<-release
+		}
+		if ctx.Err() != nil {
+			return // a publisher whose context ended publishes nothing
+		}
+		rec.sink(ctx, e)
+	}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: t.TempDir(), Clock: (&clock{}).now, Events: sink}, 1)
+	s := open(t, ix)
+	keys := []string{"a", "b", "c", "d"}
+	for _, k := range keys {
+		put(t, s, k, 4096) // a in the sink, the rest queued
+	}
+	fctx, cancel := context.WithTimeout(context.Background(), time.Millisecond)
+	if err := ix.FlushEvents(fctx); err == nil {
+		t.Error("FlushEvents returned while the sink held the queue")
+	}
+	cancel()
+	close(release)
+	if err := ix.FlushEvents(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if got := len(rec.events()); got != len(keys) {
+		t.Fatalf("after FlushEvents the sink has %d events, want %d", got, len(keys))
+	}
+	// Queue more behind a held sink, then close: Close delivers them.
+	hold := make(chan struct{})
+	first = true
+	release = hold
+	for _, k := range []string{"e", "f", "g"} {
+		put(t, s, k, 4096)
+	}
+	s.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- ix.Close() }()
+	close(hold)
+	if err := <-closed; err != nil {
+		t.Fatal(err)
+	}
+	var want []kv.Event
+	for _, k := range []string{"a", "b", "c", "d", "e", "f", "g"} {
+		want = append(want, kv.Event{Kind: kv.EventStored, Namespace: "ns", Blocks: evBlocks(4096, k)})
+	}
+	if diff := cmp.Diff(want, rec.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}

@@ -506,3 +506,113 @@ func checkHostHoldsNamespaces(t *testing.T, round int, api string, h0 *vbox.Back
 		t.Errorf("round %d: host 0 holds %d MiB, the namespaces %d MiB: pool capacity leaked", round, got>>20, want>>20)
 	}
 }
+
+// TestDaemonStopDeliversLastKVEvents: the BlockStored events of the last
+// commits before a clean stop (SIGTERM right after the last commit is
+// acknowledged) reach an SSE client before the daemon closes its stream:
+// the daemon quiesces the KV store before the API stops its streams, and
+// a stream writes what it was given before it ends.
+func TestDaemonStopDeliversLastKVEvents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the daemon as a child process")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	scfg := sim.DefaultConfig()
+	scfg.Capacity = 4 << 30
+	scfg.BlockSize = 16 << 20
+	box, err := sim.New(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer box.Close()
+	hostSock := filepath.Join(dir, "h0.sock")
+	wait, err := box.ServeExternalHosts(ctx, sim.ExternalHosts{0: "unix:" + hostSock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer wait()
+	defer cancel()
+	boxSock := "unix:" + filepath.Join(dir, "box.sock")
+	l, err := serial.Listen(boxSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go box.ServeListener(ctx, l)
+	defer l.Close()
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	h0, err := vbox.Dial(dctx, "unix:"+hostSock, vbox.Config{})
+	dcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h0.Close()
+	kvSock := filepath.Join(dir, "kv.sock")
+	addr := freeAddr(t)
+	api := "http://" + addr
+	d := startKVDaemon(t, api, []string{"--device", boxSock, "--data", filepath.Join(dir, "var"), "--listen", addr, "--http",
+		"--fleet", "off", "--kv-socket", kvSock, "--log-level", "warn"})
+	defer d.kill()
+	tok := createKVNamespace(t, api, "last", 16, 16)
+
+	req, err := http.NewRequest(http.MethodGet, api+"/redfish/v1/EventService/SSE", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth("admin", crashAdminPass)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	lines := bufio.NewReader(resp.Body)
+	if l, err := lines.ReadString('\n'); err != nil || !strings.HasPrefix(l, ":") {
+		t.Fatalf("SSE stream opens with %q, %v", l, err)
+	}
+
+	c, err := client.Dial(ctx, client.Config{Network: "unix", Addr: kvSock, Namespace: "last", Host: 0, Token: tok, Mapper: h0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 40
+	want := map[string]bool{}
+	for i := range n {
+		key := []byte{0, 0, 0, 0, 0, 0, 1, byte(i)}
+		if err := c.Put(ctx, key, []byte("block")); err != nil {
+			t.Fatal(err)
+		}
+		want[fmt.Sprintf("BlockStored %d", 256+i)] = true
+	}
+	c.Close()
+	if err := d.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	// The stream ends when the daemon stops: everything before is read.
+	var events []string
+	for {
+		l, err := lines.ReadString('\n')
+		if err != nil {
+			break
+		}
+		if !strings.HasPrefix(l, "data: ") {
+			continue
+		}
+		var ev struct{ Events []struct{ MessageArgs []string } }
+		if err := json.Unmarshal([]byte(l[len("data: "):]), &ev); err != nil {
+			t.Fatalf("SSE data %q: %v", l, err)
+		}
+		for _, e := range ev.Events {
+			if len(e.MessageArgs) == 2 && strings.HasPrefix(e.MessageArgs[1], "BlockStored") {
+				events = append(events, e.MessageArgs[1])
+				delete(want, e.MessageArgs[1])
+			}
+		}
+	}
+	if err := d.cmd.Wait(); err != nil {
+		t.Errorf("daemon after SIGTERM: %v\n%s", err, d.stderr)
+	}
+	if len(want) > 0 {
+		t.Errorf("%d of %d BlockStored events did not reach the SSE client before the stop (got %d: %v)", len(want), n, len(events), events)
+	}
+}
