@@ -598,7 +598,9 @@ func TestDaemonStopDeliversLastKVEvents(t *testing.T) {
 		if !strings.HasPrefix(l, "data: ") {
 			continue
 		}
-		var ev struct{ Events []struct{ MessageArgs []string } }
+		var ev struct {
+			Events []struct{ MessageArgs []string }
+		}
 		if err := json.Unmarshal([]byte(l[len("data: "):]), &ev); err != nil {
 			t.Fatalf("SSE data %q: %v", l, err)
 		}

@@ -34,8 +34,8 @@ var loc = wire.Loc{Block: 7, Gen: 42, Tag: tag(0xa0), Offset: 0x10000, Length: 2
 
 // requests holds one request of every op; the HELLO is PROTOCOL.md's example.
 var requests = map[string]wire.Request{
-	"hello":  {Op: wire.OpHello, ID: 1, Namespace: "llama", Host: 3, Token: token()},
-	"put":    {Op: wire.OpPut, ID: 2, Puts: []wire.PutItem{{Key: []byte("k1"), Length: 4096}, {Key: []byte{0, 0xff}, Length: 2 << 20}}},
+	"hello": {Op: wire.OpHello, ID: 1, Namespace: "llama", Host: 3, Token: token()},
+	"put":   {Op: wire.OpPut, ID: 2, Puts: []wire.PutItem{{Key: []byte("k1"), Length: 4096}, {Key: []byte{0, 0xff}, Length: 2 << 20}}},
 	// A chain's root (no parent, 256 tokens) and its next block.
 	"put-meta": {Op: wire.OpPut, ID: 13, Flags: wire.FlagMeta, Puts: []wire.PutItem{{Key: []byte{0, 0, 0, 0, 0, 0, 0, 41}, Length: 4096, Tokens: 256},
 		{Key: []byte{0, 0, 0, 0, 0, 0, 0, 42}, Length: 8192, HasParent: true, Parent: 41, Tokens: 256}}},
