@@ -2,6 +2,7 @@ package kv_test
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -330,5 +331,62 @@ func TestEventsDeliveredAtClose(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, rec.events()); diff != "" {
 		t.Errorf("events (-want +got):\n%s", diff)
+	}
+}
+
+// TestLoseChunks: a chunk whose capacity is gone leaves the namespace with
+// its blocks (a pinned one and a reservation too), durably: Removed
+// (reason lost) while other chunks hold blocks, Cleared once nothing is
+// left; the space adds up, an old location checks stale, and a restart
+// does not bring them back.
+func TestLoseChunks(t *testing.T) {
+	dir := t.TempDir()
+	rec := &evRecorder{}
+	ix := newIndexCfg(t, kv.IndexConfig{Dir: dir, Clock: (&clock{}).now, Events: rec.sink}, 2)
+	s := open(t, ix)
+	a := put(t, s, "a", chunk) // fills chunk 1
+	b := put(t, s, "b", 4096)  // chunk 2
+	if res, err := s.Get([][]byte{[]byte("a")}, true); err != nil || res[0].Err != nil {
+		t.Fatalf("pin a: %v %+v", err, res)
+	}
+	if res, err := s.Put(context.Background(), []kv.PutItem{{Key: []byte("r"), Length: 4096}}); err != nil || res[0].Err != nil {
+		t.Fatalf("reserve r: %v %+v", err, res)
+	}
+	if n, err := ix.LoseChunks("ns", []dcd.ChunkID{a.Chunk}); err != nil || n != 1 {
+		t.Fatalf("LoseChunks(a's chunk) = %d, %v; want 1 block", n, err)
+	}
+	if err := ix.Verify(); err != nil {
+		t.Error(err)
+	}
+	if errs, err := s.Check([]kv.BlockGen{{ID: a.ID, Gen: a.Gen}}); err != nil || !errors.Is(errs[0], kv.ErrStale) {
+		t.Errorf("check of a lost block: %v %v, want stale", errs, err)
+	}
+	if n, err := ix.LoseChunks("ns", []dcd.ChunkID{b.Chunk}); err != nil || n != 1 {
+		t.Fatalf("LoseChunks(b's chunk) = %d, %v; want 1 block", n, err)
+	}
+	s.Close()
+	if err := ix.Close(); err != nil {
+		t.Fatal(err)
+	}
+	want := []kv.Event{
+		{Kind: kv.EventStored, Namespace: "ns", Blocks: evBlocks(chunk, "a")},
+		{Kind: kv.EventStored, Namespace: "ns", Blocks: evBlocks(4096, "b")},
+		{Kind: kv.EventRemoved, Namespace: "ns", Reason: kv.ReasonLost, Blocks: evBlocks(chunk, "a")},
+		{Kind: kv.EventCleared, Namespace: "ns", Reason: kv.ReasonLost},
+	}
+	if diff := cmp.Diff(want, rec.events()); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ix.Close()
+	ns, err := ix.Namespace("ns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ns.Stats.Blocks != 0 || len(ns.Chunks) != 0 {
+		t.Errorf("after a restart: %d blocks in %d chunks, want none", ns.Stats.Blocks, len(ns.Chunks))
 	}
 }

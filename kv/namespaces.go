@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"slices"
@@ -462,7 +463,7 @@ func (ix *Index) LoseChunks(name string, ids []dcd.ChunkID) (blocks int, err err
 			freed = append(freed, b.id) // the log may name it committed
 		}
 	}
-	slices.SortFunc(visible, func(a, b *block) int { return cmpU64(a.id, b.id) })
+	slices.SortFunc(visible, func(a, b *block) int { return cmp.Compare(a.id, b.id) })
 	var rec []byte
 	if len(freed) > 0 {
 		rec = freeRecord(rec, ns.name, freed)
@@ -505,14 +506,4 @@ func (ix *Index) LoseChunks(name string, ids []dcd.ChunkID) (blocks int, err err
 		ix.emitLocked(EventRemoved, ns, ReasonLost, visible)
 	}
 	return len(visible), nil
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }

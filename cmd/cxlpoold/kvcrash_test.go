@@ -52,6 +52,50 @@ func TestMain(m *testing.M) {
 
 const crashAdminPass = "Admin-password-kv-crash-1"
 
+// externalBox serves a virtual box on a unix socket from the test
+// process, as cxlsim does, so its memory outlives the daemon; head 0 is an
+// external host whose backend (returned) maps the chunks for the test's
+// clients. args are the daemon's flags for it (args[5] its API address,
+// the KV socket in dir).
+func externalBox(t *testing.T) (dir string, h0 *vbox.Backend, args []string) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	dir = t.TempDir()
+	scfg := sim.DefaultConfig()
+	scfg.Capacity = 4 << 30
+	scfg.BlockSize = 16 << 20
+	box, err := sim.New(scfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { box.Close() })
+	hostSock := filepath.Join(dir, "h0.sock")
+	wait, err := box.ServeExternalHosts(ctx, sim.ExternalHosts{0: "unix:" + hostSock})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wait)
+	t.Cleanup(cancel) // before wait (cleanups run last first)
+	boxSock := "unix:" + filepath.Join(dir, "box.sock")
+	l, err := serial.Listen(boxSock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go box.ServeListener(ctx, l)
+	t.Cleanup(func() { l.Close() })
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	h0, err = vbox.Dial(dctx, "unix:"+hostSock, vbox.Config{})
+	dcancel()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { h0.Close() })
+	args = []string{"--device", boxSock, "--data", filepath.Join(dir, "var"), "--listen", freeAddr(t), "--http",
+		"--fleet", "off", "--kv-socket", filepath.Join(dir, "kv.sock"), "--log-level", "warn"}
+	return dir, h0, args
+}
+
 // kvDaemon is one life of the daemon child.
 type kvDaemon struct {
 	cmd    *exec.Cmd
@@ -175,44 +219,10 @@ func TestDaemonKilledDuringKVStorm(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the daemon as a child process five times")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dir := t.TempDir()
-	scfg := sim.DefaultConfig()
-	scfg.Capacity = 4 << 30
-	scfg.BlockSize = 16 << 20
-	box, err := sim.New(scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer box.Close()
-	hostSock := filepath.Join(dir, "h0.sock")
-	wait, err := box.ServeExternalHosts(ctx, sim.ExternalHosts{0: "unix:" + hostSock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wait()
-	defer cancel()
-	boxSock := "unix:" + filepath.Join(dir, "box.sock")
-	l, err := serial.Listen(boxSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go box.ServeListener(ctx, l)
-	defer l.Close()
-	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	h0, err := vbox.Dial(dctx, "unix:"+hostSock, vbox.Config{})
-	dcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h0.Close()
-
+	ctx := t.Context()
+	dir, h0, args := externalBox(t)
 	kvSock := filepath.Join(dir, "kv.sock")
-	addr := freeAddr(t)
-	args := []string{"--device", boxSock, "--data", filepath.Join(dir, "var"), "--listen", addr, "--http",
-		"--fleet", "off", "--kv-socket", kvSock, "--log-level", "warn"}
-	api := "http://" + addr
+	api := "http://" + args[5]
 
 	spaces := []*crashNS{
 		{name: "keep", chunkMiB: 64, quota: 64, workers: 3, budget: 250, minSize: 4096, sizeSpan: 28 << 10},
@@ -516,43 +526,11 @@ func TestDaemonStopDeliversLastKVEvents(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs the daemon as a child process")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	dir := t.TempDir()
-	scfg := sim.DefaultConfig()
-	scfg.Capacity = 4 << 30
-	scfg.BlockSize = 16 << 20
-	box, err := sim.New(scfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer box.Close()
-	hostSock := filepath.Join(dir, "h0.sock")
-	wait, err := box.ServeExternalHosts(ctx, sim.ExternalHosts{0: "unix:" + hostSock})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer wait()
-	defer cancel()
-	boxSock := "unix:" + filepath.Join(dir, "box.sock")
-	l, err := serial.Listen(boxSock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go box.ServeListener(ctx, l)
-	defer l.Close()
-	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
-	h0, err := vbox.Dial(dctx, "unix:"+hostSock, vbox.Config{})
-	dcancel()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h0.Close()
+	ctx := t.Context()
+	dir, h0, args := externalBox(t)
 	kvSock := filepath.Join(dir, "kv.sock")
-	addr := freeAddr(t)
-	api := "http://" + addr
-	d := startKVDaemon(t, api, []string{"--device", boxSock, "--data", filepath.Join(dir, "var"), "--listen", addr, "--http",
-		"--fleet", "off", "--kv-socket", kvSock, "--log-level", "warn"})
+	api := "http://" + args[5]
+	d := startKVDaemon(t, api, args)
 	defer d.kill()
 	tok := createKVNamespace(t, api, "last", 16, 16)
 
