@@ -117,6 +117,7 @@ type Appliance struct {
 	// Fleet is the fleet plane once started (fleet.go); nil when off.
 	Fleet   *Fleet
 	kvHeat  kvHeat      // the KV store's eviction reads Telemetry's heat through it
+	kvSrv   *kv.Server  // the KV protocol servers (QuiesceKV stops them first)
 	kvEv    kvEvents    // the KV index's block events, to the fleet plane and subscribers (kv.go)
 	check   *startCheck // consistency.go
 	closers []func() error
@@ -408,8 +409,17 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	return nil
 }
 
-// Close stops everything Open started, in reverse order.
+// Close stops everything Open started, in reverse order, after the KV
+// store's last events have reached the fleet plane and subscribers
+// (QuiesceKV).
 func (a *Appliance) Close() error {
+	if a.KV != nil && a.closers != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), kvQuiesceWait)
+		if err := a.QuiesceKV(ctx); err != nil {
+			a.cfg.Logger.Warn("kv: events not all delivered before the stop", "err", err)
+		}
+		cancel()
+	}
 	var errs []error
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		errs = append(errs, a.closers[i]())

@@ -305,6 +305,7 @@ func extension() []complexType {
 			integer("Blocks", "The committed blocks."),
 			integer("UsedBytes", "The bytes of committed blocks (rounded to the allocation unit)."),
 			integer("ReservedBytes", "The bytes of reservations not yet committed."),
+			integer("FreeBytes", "The bytes the namespace's allocator has free (capacity less live blocks, including deleted ones still pinned)."),
 			integer("CapacityMiB", "The namespace's chunks, in MiB."),
 			integer("Evictions", "The blocks evicted since the daemon started."),
 			integer("Sessions", "The clients' open sessions."),

@@ -205,7 +205,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	st.done(log)
 	registerAggregator(ctx, aggCfg, log.With("component", "fleet")) // fleet.go
-	if err := srv.Serve(ctx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
+	// On a stop the KV store's last block events reach the fleet plane and
+	// the API's event streams before the API closes them.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-serveCtx.Done():
+			return
+		}
+		qctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := app.QuiesceKV(qctx); err != nil {
+			log.Warn("kv: events not all delivered before the stop", "err", err)
+		}
+		cancel()
+		stopServing()
+	}()
+	if err := srv.Serve(serveCtx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "cxlpoold: stopping")
