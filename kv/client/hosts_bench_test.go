@@ -330,7 +330,7 @@ func hostProcess(spec string, stdin io.Reader, stdout io.Writer) error {
 	}
 	ctx := context.Background()
 	c, err := client.Dial(ctx, client.Config{Addr: os.Getenv(envHostAddr), Namespace: "hosts", Host: uint16(ld), Token: tok,
-		Lease: 5 * time.Minute, // a loaded machine's setup outlasts the default's idle limit
+		Lease:  5 * time.Minute, // a loaded machine's setup outlasts the default's idle limit
 		Mapper: fdMapper{tag: os.Getenv(envHostTag), f: pool, size: int(st.Size())}})
 	if err != nil {
 		return err
