@@ -87,6 +87,10 @@ bench: build
 	$(BENCH_TEST) -bench='^Benchmark(Add|Ingest|FanOutLag|BytesPerSlot|CollectorMemory)$$' -benchtime=0.5s ./hmu/... | tee -a bench.txt
 	$(if $(BENCH_LONG),$(GO) test -run='^$$' -bench='^BenchmarkZipf100M$$' -benchtime=1x -count=1 ./hmu/topk/ | tee -a bench.txt,@echo "BenchmarkZipf100M (precision, minutes of CPU) left out: BENCH_LONG=1 runs it")
 	$(BENCH_TEST) -bench='^BenchmarkLoopback$$' -benchtime=1x ./rdma/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkHosts$$' -benchtime=4x -timeout=60m ./kv/client/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkLookupVsRedis$$' -benchtime=5000x ./kv/client/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkRemoteGet$$' -benchtime=100x ./kv/client/ | tee -a bench.txt
+	$(GO) test -run='^$$' -bench='^BenchmarkTraceFetch$$' -benchtime=1x -count=3 -timeout=60m ./kv/client/ | tee -a bench.txt
 	bash bench/outside.sh $(BENCH_COUNT) $(BENCH_ROUND) | tee -a bench.txt
 	@echo "# loadavg: $$(cut -d' ' -f1-3 /proc/loadavg) at the end" >> bench.txt
 	$(BIN)/benchfig table -template bench/measured.md.tmpl -readme README.md bench.txt

@@ -94,6 +94,8 @@ type Client struct {
 	session uint64
 	lease   time.Duration
 	maxB    int
+	owed    []owedReply // posted requests whose answers are unread (fast.go)
+	refused int         // items of posted requests the server refused
 
 	mapMu sync.Mutex
 	maps  map[[16]byte]host.Mapping
@@ -239,6 +241,9 @@ func (c *Client) do(ctx context.Context, req *wire.Request) (wire.Response, erro
 	}
 	if err := c.w.Flush(); err != nil {
 		return wire.Response{}, fmt.Errorf("kv client: send %s: %w", req.Op, err)
+	}
+	if err := c.drainLocked(); err != nil {
+		return wire.Response{}, err
 	}
 	var h wire.Header
 	var body []byte
