@@ -146,6 +146,8 @@ type Config struct {
 	// OnEvent, when set, sees every published event, numbered and timed
 	// (the fleet plane forwards them); it must not block.
 	OnEvent func(redfish.Event)
+	// Fleet is the fleet plane's view (fleet.go); nil: no plane.
+	Fleet FleetView
 	// HostReports and Shares are the host agents' reports and the share
 	// allowances (hostreports.go). Nil: a store of the API's own, and
 	// DataDir/shares.json.
@@ -300,6 +302,7 @@ func (s *Server) routes() []func() {
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
 		s.kvNamespaceRoutes,
+		s.fleetRoutes, // fleet.go
 	}
 }
 

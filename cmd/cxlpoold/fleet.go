@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cxlpool/api"
 	"cxlpool/api/redfish"
 	"cxlpool/appliance"
 	"cxlpool/fleet"
@@ -94,6 +95,29 @@ func (f *fleetEvents) publish(ev redfish.Event) {
 	}
 	svc.PublishRedfish(fleet.RedfishEvent{MessageID: ev.MessageKey, Args: ev.Args, Origin: ev.Origin,
 		Host: host, Resolution: ev.Resolution, Time: ev.Time})
+}
+
+// fleetView is the API's view of the appliance's plane (api.FleetView).
+// It reads app.Fleet when asked: the API serves only after Start, which
+// sets it.
+type fleetView struct{ app *appliance.Appliance }
+
+func (v fleetView) FleetStatus() api.FleetStatus {
+	f := v.app.Fleet
+	if f == nil { // a build without the embedded server: the plane is off
+		return api.FleetStatus{State: api.FleetOff}
+	}
+	st := f.State()
+	return api.FleetStatus{State: st.State, Box: string(st.Box), Servers: st.Servers, Embedded: st.Embedded,
+		LastError: st.LastError, Attempts: st.Attempts, Since: st.Since, Next: st.Next, Queued: st.Queued, Dropped: st.Dropped}
+}
+
+func (v fleetView) FleetBoxes(ctx context.Context) ([]fleet.Inventory, error) {
+	f := v.app.Fleet
+	if f == nil || f.Plane() == nil {
+		return nil, api.ErrFleetNotJoined
+	}
+	return f.Plane().Boxes(ctx)
 }
 
 // aggregatorFlags register the box with a Redfish aggregator.
