@@ -54,7 +54,7 @@ func twoBoxes() []fleet.Inventory {
 			Heads:   []fleet.Head{{LD: 0, Host: "Host0", LinkUp: true}},
 			Regions: []fleet.RegionCapacity{{Index: 0, Length: 16 * gib, BlockSize: gib, Free: 8 * gib, Reserved: 8 * gib, Granted: 8 * gib}}},
 		{Box: "box-b", Serial: "0x000000000000000b", API: "https://b/redfish/v1", Export: "tcp://b:7000", Health: fleet.HealthOK, Updated: t0,
-			Heads: []fleet.Head{{LD: 0, Host: "Host0", LinkUp: true}, {LD: 1, Host: "Host1", LinkUp: true, Granted: 2 * gib, Quota: 2 * gib}},
+			Heads:   []fleet.Head{{LD: 0, Host: "Host0", LinkUp: true}, {LD: 1, Host: "Host1", LinkUp: true, Granted: 2 * gib, Quota: 2 * gib}},
 			Regions: []fleet.RegionCapacity{{Index: 0, Length: 8 * gib, BlockSize: gib, Free: 4 * gib, Reserved: 4 * gib, Granted: 2 * gib}}},
 	}
 }
