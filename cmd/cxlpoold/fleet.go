@@ -21,7 +21,7 @@ import (
 // fleetFlags are the fleet plane's flags.
 type fleetFlags struct {
 	servers, creds, ca, clientListen, clusterListen, routes, secret *string
-	ttl                                                             *time.Duration
+	ttl, retryMax                                                   *time.Duration
 	replicas                                                        *int
 }
 
@@ -37,6 +37,7 @@ func addFleetFlags(fs *flag.FlagSet) fleetFlags {
 		secret:        fs.String("fleet-cluster-secret", "", "file with the secret every box of the cluster shares (routes authenticate with it; mode 0600)"),
 		ttl:           fs.Duration("fleet-ttl", 30*time.Second, "how long the box's inventory record outlives its last heartbeat (heartbeats every third of it)"),
 		replicas:      fs.Int("fleet-replicas", 1, "replicas of the fleet's bucket and streams (3 on a three-node cluster)"),
+		retryMax:      fs.Duration("fleet-retry-max", 30*time.Second, "the box joins the fleet in the background, retrying with backoff up to this interval"),
 	}
 }
 
@@ -45,7 +46,10 @@ func (f fleetFlags) config(apiURL string) (appliance.FleetConfig, error) {
 		return appliance.FleetConfig{}, nil
 	}
 	c := appliance.FleetConfig{Enabled: true, CredsFile: *f.creds, CAFile: *f.ca, Listen: *f.clientListen,
-		ClusterListen: *f.clusterListen, ClusterSecretFile: *f.secret, API: apiURL, TTL: *f.ttl, Replicas: *f.replicas}
+		ClusterListen: *f.clusterListen, ClusterSecretFile: *f.secret, API: apiURL, TTL: *f.ttl, Replicas: *f.replicas, RetryMax: *f.retryMax}
+	if *f.retryMax <= 0 {
+		return c, errors.New("--fleet-retry-max: above zero")
+	}
 	if *f.ttl < 3*time.Second {
 		return c, errors.New("--fleet-ttl: at least 3s (the heartbeat is a third of it)")
 	}
