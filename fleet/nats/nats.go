@@ -397,3 +397,87 @@ func (k *KVEvents) publish(ctx context.Context, ns string, d fleet.KVEventData) 
 	k.next[ns] = id
 	return nil
 }
+
+// Replay says which of the stream's events to deliver.
+type Replay struct {
+	// From is the first stream sequence; Since the earliest time (when
+	// From is 0); both zero: from the stream's start.
+	From  uint64
+	Since time.Time
+	// Filter is a subject filter (fleet.EventFilter); empty: all.
+	Filter string
+	// Follow goes on delivering new events until ctx ends; without it
+	// Replay returns once it delivered what the stream held when it began.
+	Follow bool
+}
+
+// Replay delivers the events r selects to fn, in stream order, until
+// the stream holds no more (or, following, until ctx ends); an error of
+// fn ends it. The consumer is ordered and ephemeral, as Subscribe's.
+func (p *Plane) Replay(ctx context.Context, r Replay, fn func(Event) error) error {
+	cc := jetstream.OrderedConsumerConfig{}
+	if r.Filter != "" {
+		cc.FilterSubjects = []string{r.Filter}
+	}
+	switch {
+	case r.From > 0:
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, r.From
+	case !r.Since.IsZero():
+		t := r.Since
+		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	default:
+		cc.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	c, err := p.js.OrderedConsumer(ctx, Stream, cc)
+	if err != nil {
+		return fmt.Errorf("fleet/nats: consumer: %w", err)
+	}
+	if !r.Follow {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("fleet/nats: consumer: %w", err)
+		}
+		if info.NumPending == 0 {
+			return nil
+		}
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return fmt.Errorf("fleet/nats: consume: %w", err)
+	}
+	defer it.Stop()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Stop() // Next returns
+		case <-stopped:
+		}
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				if r.Follow {
+					return nil // following ends with ctx
+				}
+				return fmt.Errorf("fleet/nats: replay: %w", ctx.Err())
+			}
+			return fmt.Errorf("fleet/nats: replay: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("fleet/nats: replay: %w", err)
+		}
+		var e fleet.Envelope
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			p.log.Warn("fleet: an event does not decode", "seq", md.Sequence.Stream, "err", err)
+		} else if err := fn(Event{Seq: md.Sequence.Stream, Envelope: e}); err != nil {
+			return err
+		}
+		if !r.Follow && md.NumPending == 0 {
+			return nil
+		}
+	}
+}
