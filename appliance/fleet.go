@@ -26,6 +26,9 @@ type FleetConfig struct {
 	// CredsFile and CAFile authenticate to an external cluster
 	// (fleet/nats.Config); no anonymous access.
 	CredsFile, CAFile string
+	// CertFile and KeyFile are the box's client certificate for servers
+	// that verify clients.
+	CertFile, KeyFile string
 	// Listen is the embedded server's client address (default
 	// 127.0.0.1:4222); ClusterListen and Routes form a cluster among
 	// boxes' embedded servers, authenticated by ClusterSecretFile.
@@ -172,7 +175,7 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 	}
 	log := a.cfg.Logger.With("component", "fleet")
 	box := fleet.BoxIDFromSerial(a.Manager.Box().Identity.Serial)
-	pcfg := fleetnats.Config{URLs: fc.URLs, CredsFile: fc.CredsFile, CAFile: fc.CAFile, Name: string(box),
+	pcfg := fleetnats.Config{URLs: fc.URLs, CredsFile: fc.CredsFile, CAFile: fc.CAFile, CertFile: fc.CertFile, KeyFile: fc.KeyFile, Name: string(box),
 		TTL: fc.TTL, Replicas: fc.Replicas, Logger: log}
 	var ecfg *fleetnats.EmbeddedConfig
 	servers := strings.Join(fc.URLs, ",")

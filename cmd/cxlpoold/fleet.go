@@ -21,6 +21,7 @@ import (
 // fleetFlags are the fleet plane's flags.
 type fleetFlags struct {
 	servers, creds, ca, clientListen, clusterListen, routes, secret *string
+	cert, key                                                       *string
 	ttl, retryMax                                                   *time.Duration
 	replicas                                                        *int
 }
@@ -30,6 +31,8 @@ func addFleetFlags(fs *flag.FlagSet) fleetFlags {
 		servers: fs.String("fleet", "", "fleet plane: empty runs an embedded NATS server with JetStream in the data directory; nats://a,nats://b (or tls://) joins that cluster (needs --fleet-creds); off: no fleet plane"),
 		creds:   fs.String("fleet-creds", "", "credentials for an external fleet cluster: a NATS .creds file, an nkey seed or USER:PASSWORD (mode 0600)"),
 		ca:      fs.String("fleet-ca", "", "CA bundle verifying the fleet servers' TLS certificates (tls:// URLs)"),
+		cert:    fs.String("fleet-cert", "", "the box's client certificate (PEM) for fleet servers that verify clients (with --fleet-key)"),
+		key:     fs.String("fleet-key", "", "the key of --fleet-cert (PEM, mode 0600)"),
 		clientListen: fs.String("fleet-client-listen", "127.0.0.1:4222",
 			"embedded fleet server: client address (loopback unless you mean others to connect; port 0 picks one)"),
 		clusterListen: fs.String("fleet-listen", "", "embedded fleet server: form a NATS cluster among boxes, routes listening on this address (needs --fleet-cluster-secret)"),
@@ -45,7 +48,7 @@ func (f fleetFlags) config(apiURL string) (appliance.FleetConfig, error) {
 	if *f.servers == "off" {
 		return appliance.FleetConfig{}, nil
 	}
-	c := appliance.FleetConfig{Enabled: true, CredsFile: *f.creds, CAFile: *f.ca, Listen: *f.clientListen,
+	c := appliance.FleetConfig{Enabled: true, CredsFile: *f.creds, CAFile: *f.ca, CertFile: *f.cert, KeyFile: *f.key, Listen: *f.clientListen,
 		ClusterListen: *f.clusterListen, ClusterSecretFile: *f.secret, API: apiURL, TTL: *f.ttl, Replicas: *f.replicas, RetryMax: *f.retryMax}
 	if *f.retryMax <= 0 {
 		return c, errors.New("--fleet-retry-max: above zero")
@@ -63,9 +66,22 @@ func (f fleetFlags) config(apiURL string) (appliance.FleetConfig, error) {
 		if *f.creds == "" {
 			return c, errors.New("--fleet: an external cluster needs --fleet-creds (the fleet plane takes no anonymous client)")
 		}
+		if (*f.cert == "") != (*f.key == "") {
+			return c, errors.New("--fleet-cert and --fleet-key go together")
+		}
+		if *f.key != "" {
+			if st, err := os.Stat(*f.key); err != nil {
+				return c, fmt.Errorf("--fleet-key: %w", err)
+			} else if st.Mode().Perm()&0o077 != 0 {
+				return c, fmt.Errorf("--fleet-key: %s is readable by others (mode %#o): chmod 600 it", *f.key, st.Mode().Perm())
+			}
+		}
 		if *f.clusterListen != "" {
 			return c, errors.New("--fleet-listen forms a cluster of embedded servers; it does not go with --fleet URLs")
 		}
+	}
+	if *f.servers == "" && (*f.cert != "" || *f.ca != "") {
+		return c, errors.New("--fleet-ca, --fleet-cert and --fleet-key are for an external cluster (--fleet tls://...)")
 	}
 	if *f.routes != "" {
 		c.Routes = strings.Split(*f.routes, ",")

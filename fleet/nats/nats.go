@@ -9,6 +9,8 @@ package nats
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,9 @@ type Config struct {
 	// CAFile is the CA bundle that verifies the servers' TLS certificates
 	// (tls:// URLs); empty: the system's roots.
 	CAFile string
+	// CertFile and KeyFile are the client's certificate and key, for
+	// servers that verify clients (tls { verify: true }).
+	CertFile, KeyFile string
 	// Name is the connection's name on the servers (the box id).
 	Name string
 	// TTL is how long a box's record lives after its last write; 0: 30 s.
@@ -153,11 +158,38 @@ func dial(cfg Config) (*natsgo.Conn, Config, error) {
 	if cfg.CAFile != "" {
 		opts = append(opts, natsgo.RootCAs(cfg.CAFile))
 	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, cfg, errors.New("fleet/nats: a client certificate needs both its certificate and its key file")
+	}
+	if cfg.CertFile != "" {
+		opts = append(opts, natsgo.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
 	nc, err := natsgo.Connect(strings.Join(cfg.URLs, ","), opts...)
 	if err != nil {
-		return nil, cfg, fmt.Errorf("fleet/nats: connect to %s: %w", strings.Join(cfg.URLs, ","), err)
+		return nil, cfg, fmt.Errorf("fleet/nats: connect to %s: %w%s", strings.Join(cfg.URLs, ","), err, tlsHint(err))
 	}
 	return nc, cfg, nil
+}
+
+// tlsHint says which setting a TLS failure points at.
+func tlsHint(err error) string {
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var cv *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &ua) || (errors.As(err, &cv) && strings.Contains(err.Error(), "unknown authority")):
+		return " (the servers' certificate is not signed by the CA given: check --fleet-ca)"
+	case errors.As(err, &hn):
+		return " (the servers' certificate does not name the address dialled)"
+	case strings.Contains(err.Error(), "certificate required") || strings.Contains(err.Error(), "bad certificate") ||
+		strings.Contains(err.Error(), "closed by remote after TLS handshake"):
+		// The server's refusal of a client certificate it could not
+		// verify reaches the client as a closed connection.
+		return " (the servers verify clients: give --fleet-cert and --fleet-key signed by their CA)"
+	case strings.Contains(err.Error(), "secure connection") || strings.Contains(err.Error(), "TLS Required"):
+		return " (the servers require TLS: use tls:// URLs and --fleet-ca)"
+	}
+	return ""
 }
 
 func setup(ctx context.Context, nc *natsgo.Conn, cfg Config) (*Plane, error) {
