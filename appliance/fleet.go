@@ -43,6 +43,9 @@ type FleetConfig struct {
 	Replicas int
 	// RetryMax bounds the backoff between attempts to join (default 30 s).
 	RetryMax time.Duration
+	// HotnessInterval is how often each KV namespace's hotness summary
+	// is published (fleet.KVHotness; default 30 s, negative: never).
+	HotnessInterval time.Duration
 }
 
 // FleetCredsFile, in the data directory, holds the embedded server's
@@ -220,7 +223,12 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() { defer wg.Done(); svc.Run(rctx) }()
-	go func() { defer wg.Done(); f.join(rctx, a, pcfg, ecfg, cmp.Or(fc.RetryMax, fleetRetryMax)) }()
+	go func() {
+		defer wg.Done()
+		if kve := f.join(rctx, a, pcfg, ecfg, cmp.Or(fc.RetryMax, fleetRetryMax)); kve != nil && fc.HotnessInterval >= 0 {
+			a.publishHotness(rctx, kve, cmp.Or(fc.HotnessInterval, 30*time.Second), log)
+		}
+	}()
 	a.closers = append(a.closers, func() error {
 		cancel()
 		wg.Wait()
@@ -240,8 +248,8 @@ func (a *Appliance) startFleet(ctx context.Context) error {
 
 // join starts the embedded server (when the box runs one) and connects,
 // retrying each with backoff from a second up to retryMax until it has
-// joined or ctx ends.
-func (f *Fleet) join(ctx context.Context, a *Appliance, pcfg fleetnats.Config, ecfg *fleetnats.EmbeddedConfig, retryMax time.Duration) {
+// joined or ctx ends. It returns the box's KV publisher once joined.
+func (f *Fleet) join(ctx context.Context, a *Appliance, pcfg fleetnats.Config, ecfg *fleetnats.EmbeddedConfig, retryMax time.Duration) *fleetnats.KVEvents {
 	wait := min(time.Second, retryMax)
 	for attempt := 1; ; attempt++ {
 		f.mu.Lock()
@@ -256,14 +264,15 @@ func (f *Fleet) join(ctx context.Context, a *Appliance, pcfg fleetnats.Config, e
 			// (kv.go), after the state the index holds (Cleared, then
 			// Stored: a router that followed this box before learns
 			// what is there now).
-			a.kvEv.setPublisher(p.NewKVEvents(a.Manager.Box().Identity.Serial))
+			kve := p.NewKVEvents(a.Manager.Box().Identity.Serial)
+			a.kvEv.setPublisher(kve)
 			a.KV.Ix.Resync()
 			f.Service.Kick()
 			f.log.Info("fleet plane up", "box", f.Service.Box(), "servers", pcfg.URLs, "embedded", ecfg != nil, "attempts", attempt)
-			return
+			return kve
 		}
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
 		next := f.clock().Add(wait)
 		f.setState(FleetRetrying, err, next)
@@ -272,10 +281,43 @@ func (f *Fleet) join(ctx context.Context, a *Appliance, pcfg fleetnats.Config, e
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return
+			return nil
 		case <-t.C:
 		}
 		wait = min(2*wait, retryMax)
+	}
+}
+
+// hotTop is how many hot blocks a namespace's summary lists.
+const hotTop = 8
+
+// publishHotness publishes every KV namespace's hotness summary each
+// interval until ctx ends (fleet.KVHotness: counts from the index, hot
+// blocks by the CHMU's heat). A summary that fails is logged and the
+// next one follows: they are periodic, not a record.
+func (a *Appliance) publishHotness(ctx context.Context, kve *fleetnats.KVEvents, every time.Duration, log *slog.Logger) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		now := a.cfg.Clock()
+		for _, h := range a.KV.Ix.Hotness(a.kvHeat.HeatOf, hotTop) {
+			s := fleet.KVHotness{Namespace: h.Namespace, Time: now, IntervalSeconds: every.Seconds(), Blocks: h.Blocks, Bytes: h.Bytes,
+				Hits: h.Hits, Misses: h.Misses, Top: make([]fleet.KVHotBlock, 0, len(h.Top))}
+			for _, b := range h.Top {
+				s.Top = append(s.Top, fleet.KVHotBlock{BlockHash: b.Hash, Length: b.Length, Heat: b.Heat})
+			}
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err := kve.PublishHotness(pctx, s)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				log.Debug("fleet: KV hotness summary not published", "namespace", h.Namespace, "err", err)
+			}
+		}
 	}
 }
 

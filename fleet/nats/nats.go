@@ -513,3 +513,24 @@ func (p *Plane) Replay(ctx context.Context, r Replay, fn func(Event) error) erro
 		}
 	}
 }
+
+// PublishHotness publishes a namespace's hotness summary (fleet.KVHotness)
+// on the KV stream; the box and worker fields are filled in.
+func (k *KVEvents) PublishHotness(ctx context.Context, h fleet.KVHotness) error {
+	subj, err := fleet.KVHotnessSubject(h.Namespace, k.box)
+	if err != nil {
+		return err
+	}
+	h.Box, h.WorkerID = k.box, k.worker
+	if h.Top == nil {
+		h.Top = []fleet.KVHotBlock{}
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("fleet/nats: %w", err)
+	}
+	if _, err := k.p.js.Publish(ctx, subj, b, jetstream.WithExpectStream(KVStream)); err != nil {
+		return fmt.Errorf("fleet/nats: KV hotness: %w", err)
+	}
+	return nil
+}
