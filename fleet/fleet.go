@@ -14,10 +14,8 @@
 // the daemon by default.
 //
 // Register (aggregator.go) makes the box an AggregationSource of an
-// OFMF/Sunfish-style Redfish aggregator.
-//
-// Not done yet: per-namespace hotness summaries on the KV subjects, the
-// console's fleet page, partition-heal tests.
+// OFMF/Sunfish-style Redfish aggregator. KVHotness (kvhotness.go) is a
+// KV namespace's periodic summary beside its block events.
 package fleet
 
 import (
