@@ -1,4 +1,4 @@
-package api_test
+package fleetview_test
 
 import (
 	"context"
@@ -185,4 +185,16 @@ func TestFleetPlace(t *testing.T) {
 			}
 		})
 	}
+}
+
+// containsSuffix: MessageIds carry the registry version
+// (Base.1.22.1.PropertyMissing); want is "Base.PropertyMissing".
+func containsSuffix(ids []string, want string) bool {
+	reg, key, _ := strings.Cut(want, ".")
+	for _, id := range ids {
+		if strings.HasPrefix(id, reg+".") && strings.HasSuffix(id, "."+key) {
+			return true
+		}
+	}
+	return false
 }
