@@ -59,5 +59,6 @@ func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 	s.managerSettings(o) // managerpatch.go: clock, image slots, Reset
 	// consistency.go: the CxlPool.CheckConsistency action
 	s.addConsistencyAction(o, p)
+	s.fv.ManagerStatus(o) // api/fleetview: Warning while the box is not in its fleet
 	return o
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/fleetview"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
 	"cxlpool/api/manager"
@@ -130,6 +131,8 @@ type Config struct {
 	// OnEvent, when set, sees every published event, numbered and timed
 	// (the fleet plane forwards them); it must not block.
 	OnEvent func(redfish.Event)
+	// Fleet is the fleet plane's view (api/fleetview); nil: no plane.
+	Fleet FleetView
 	// HostReports and Shares are the host agents' reports and the share
 	// allowances (hostreports.go). Nil: a store of the API's own, and
 	// DataDir/shares.json.
@@ -217,6 +220,8 @@ type Server struct {
 	// mc serves the management computer's network, certificates and TLS
 	// listener (api/manager).
 	mc *manager.Server
+	// fv serves the fleet plane's view (api/fleetview).
+	fv *fleetview.Server
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -240,6 +245,7 @@ func New(cfg Config) (*Server, error) {
 	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
 	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
 		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport})
+	s.fv = fleetview.New(s.deps, cfg.Fleet)
 	for _, register := range s.routes() {
 		register()
 	}
@@ -289,6 +295,7 @@ func (s *Server) routes() []func() {
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
 		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
+		s.fv.Routes, // the fleet view
 	}
 }
 

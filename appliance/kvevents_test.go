@@ -34,7 +34,7 @@ func TestKVEventsFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := app.Fleet.Plane.Conn()
+	nc := joined(t, app).Conn()
 	sub, err := nc.SubscribeSync(subj)
 	if err != nil {
 		t.Fatal(err)

@@ -119,6 +119,9 @@ type nsState struct {
 	// asking again for growBackoff, so a pool out of capacity or a host
 	// that does not answer does not stall every put.
 	growFailed time.Time
+
+	// hits and misses count Get lookups (Hotness, hotness.go).
+	hits, misses uint64
 }
 
 // growBackoff is how long after a failed growth puts only evict.

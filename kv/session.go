@@ -489,9 +489,11 @@ func (s *Session) Get(keys [][]byte, pin bool) ([]GetResult, error) {
 	for i, k := range keys {
 		b := ns.keys[string(k)]
 		if b == nil || b.state != stCommitted {
+			ns.misses++ // Hotness (hotness.go)
 			out[i].Err = fmt.Errorf("kv: key %x: %w", k, ErrNotFound)
 			continue
 		}
+		ns.hits++
 		if pin {
 			if len(s.reserved)+s.npins >= ix.cfg.MaxPerSession {
 				out[i].Err = fmt.Errorf("kv: session holds %d reservations and pins, the limit: %w", ix.cfg.MaxPerSession, ErrBusy)

@@ -166,6 +166,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		StartCheck: app.StartCheck,
 		OnEvent:    fev.publish, // fleet.go
 	}
+	if fleetCfg.Enabled {
+		acfg.Fleet = fleetView{app} // fleet.go
+	}
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot
 	}

@@ -14,6 +14,7 @@ const PAGES = [
   { path: 'events', title: 'Events & audit log', load: () => import('./pages/events.js') },
   { path: 'board', title: 'Sensors, fans & power', load: () => import('./pages/board.js') },
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
+  { path: 'fleet', title: 'Fleet', load: () => import('./pages/fleet.js'), appliance: true },
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
   { path: 'users', title: 'Users & roles', load: () => import('./pages/users.js') },
   { path: 'network', title: 'Network & time', load: () => import('./pages/network.js'), appliance: true },
