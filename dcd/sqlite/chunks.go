@@ -17,7 +17,7 @@ import (
 // filled in.
 func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error) {
 	err := l.tx(ctx, func(tx *Tx) error {
-		r, err := scanRegion(tx.QueryRowContext(ctx, `SELECT `+regionColumns+` FROM regions WHERE idx = ?`, c.Region))
+		r, err := scanRegion(tx.QueryRowContext(ctx, qRegion, c.Region))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("unknown region: %w", dcd.ErrInvalid)
 		}
@@ -55,7 +55,7 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 			}
 		}
 		c.Created = l.now()
-		res, err := tx.ExecContext(ctx, `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`,
+		res, err := tx.ExecContext(ctx, qInsertChunk,
 			c.Name, c.Region, i64(c.Size), c.Tag[:], boolInt(c.Sharable), unixNano(c.Created))
 		if err != nil {
 			return err
@@ -78,12 +78,11 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 // extents that fall inside it (orphaned capacity is never handed out).
 func regionFree(ctx context.Context, tx *Tx, r dcd.Region) (uint64, error) {
 	var reserved int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`,
-		r.Index).Scan(&reserved); err != nil {
+	if err := tx.QueryRowContext(ctx, qReserved, r.Index).Scan(&reserved); err != nil {
 		return 0, fmt.Errorf("reserved capacity: %w", err)
 	}
 	used := u64(reserved)
-	rows, err := tx.QueryContext(ctx, `SELECT dpa, length FROM orphan_extents`)
+	rows, err := tx.QueryContext(ctx, qOrphanSpans)
 	if err != nil {
 		return 0, fmt.Errorf("orphaned capacity: %w", err)
 	}
@@ -226,6 +225,15 @@ func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
 // grants keep their history and its tag is never issued again.
 func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
 	err := l.tx(ctx, func(tx *Tx) error {
+		// The common case in one statement; only a delete it refuses
+		// reads why (the chunk is unknown, or has active grants).
+		res, err := tx.ExecContext(ctx, qDeleteChunk, unixNano(l.now()), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
 		if _, err := getChunk(ctx, tx, id); err != nil {
 			return err
 		}
@@ -237,8 +245,9 @@ func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
 		if active > 0 {
 			return fmt.Errorf("%d active grants: %w", active, dcd.ErrConflict)
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE chunks SET deleted = ? WHERE id = ?`, unixNano(l.now()), id)
-		return err
+		// Live and without active grants, yet not deleted: impossible
+		// inside one transaction.
+		return errors.New("chunk is live with no active grant but was not deleted")
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: delete chunk %d: %w", id, err)

@@ -76,12 +76,7 @@ func place(ctx context.Context, tx *Tx, r dcd.Region, size uint64) ([]span, erro
 // and merged.
 func busySpans(ctx context.Context, tx *Tx, r dcd.Region) ([]span, error) {
 	var all []span
-	queries := []string{
-		`SELECT ce.dpa, ce.length FROM chunk_extents ce JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL`,
-		`SELECT e.dpa, e.length FROM extents e JOIN grants g ON g.id = e.grant_id WHERE g.state IN ` + activeStates,
-		`SELECT dpa, length FROM orphan_extents`,
-	}
-	for _, q := range queries {
+	for _, q := range []string{qLiveChunkSpans, qActiveGrantSpans, qOrphanSpans} {
 		rows, err := tx.QueryContext(ctx, q)
 		if err != nil {
 			return nil, fmt.Errorf("busy capacity: %w", err)
@@ -117,7 +112,7 @@ func busySpans(ctx context.Context, tx *Tx, r dcd.Region) ([]span, error) {
 // insertPlacement records chunk's placement.
 func insertPlacement(ctx context.Context, tx *Tx, chunk dcd.ChunkID, spans []span) error {
 	for i, s := range spans {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`,
+		if _, err := tx.ExecContext(ctx, qInsertPlacement,
 			chunk, i, i64(s.dpa), i64(s.length)); err != nil {
 			return fmt.Errorf("placement %d: %w", i, err)
 		}
@@ -166,7 +161,7 @@ func loadPlacement(ctx context.Context, tx *Tx, c *dcd.Chunk) error {
 
 // placeLate places a chunk reserved before placements existed.
 func placeLate(ctx context.Context, tx *Tx, c dcd.Chunk) ([]cci.Extent, error) {
-	r, err := scanRegion(tx.QueryRowContext(ctx, `SELECT `+regionColumns+` FROM regions WHERE idx = ?`, c.Region))
+	r, err := scanRegion(tx.QueryRowContext(ctx, qRegion, c.Region))
 	if err != nil {
 		return nil, fmt.Errorf("region %d: %w", c.Region, err)
 	}
