@@ -179,22 +179,22 @@ type intentAdmission struct {
 	held    uint64
 }
 
-// admitIntent applies admit's rules and reads the host's quota and holding
-// in two statements (qAdmit and the placement) instead of the eight the
-// separate lookups take: the intent's transaction is the one part of a
-// grant that waits for the single writer and comes before its fsync, so
-// every statement in it is latency every grant pays. Whenever the rules
+// admitIntent applies admit's rules and reads the chunk's placement, the
+// host's quota and its holding in one statement (qAdmit) instead of the
+// eight the separate lookups take: the intent's transaction is the part of
+// a grant that queues for the single writer and comes before its fsync,
+// so every statement in it is latency every grant pays. Whenever the rules
 // refuse (or a row is missing) it asks admit, whose answer names the
 // exact cause, so the errors are those of the separate lookups.
 func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID) (intentAdmission, error) {
 	var a intentAdmission
 	var size, created, hostQuota, pool, heads, held int64
 	var tag []byte
-	var meta sql.NullString
+	var meta, placement sql.NullString
 	var holders, mine int
 	err := tx.QueryRowContext(ctx, qAdmit, chunk, host).Scan(
 		&a.chunk.ID, &a.chunk.Name, &a.chunk.Region, &size, &tag, &a.chunk.Sharable, &created,
-		&hostQuota, &meta, &pool, &heads, &held, &holders, &mine)
+		&hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && (mine > 0 || holders > 0 && !a.chunk.Sharable) {
 		// Unknown chunk or host, or a conflict: admit says which.
 		if _, _, _, aerr := admit(ctx, tx, chunk, host); aerr != nil {
@@ -211,9 +211,11 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 		return a, err
 	}
 	a.chunk.Size, a.chunk.Created = u64(size), fromNano(created)
-	if err := loadPlacement(ctx, tx, &a.chunk); err != nil {
-		return a, err
+	spans, err := parseSpans(placement.String)
+	if err != nil {
+		return a, fmt.Errorf("chunk %d placement: %w", chunk, err)
 	}
+	a.chunk.Extents = placementExtents(a.chunk, spans)
 	a.holders, a.held = holders, u64(held)
 	// The effective quota (effectiveQuota): the host's own, else the
 	// administrator's default, else the fair share.
@@ -230,6 +232,28 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 		a.quota = u64(pool) / uint64(heads) &^ (1<<20 - 1)
 	}
 	return a, nil
+}
+
+// parseSpans reads qAdmit's placement column: "dpa length" pairs of the
+// stored (bit-for-bit int64) values, separated by spaces; "" is none.
+func parseSpans(s string) ([]span, error) {
+	f := strings.Fields(s)
+	if len(f)%2 != 0 {
+		return nil, fmt.Errorf("odd number of fields in %q", s)
+	}
+	var out []span
+	for i := 0; i < len(f); i += 2 {
+		dpa, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		length, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, span{u64(dpa), u64(length)})
+	}
+	return out, nil
 }
 
 // CompleteGrant moves adding → granted, recording exactly extents.

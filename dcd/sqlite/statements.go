@@ -38,8 +38,10 @@ const (
 	// qAdmit is everything a grant intent checks, in one row (admitIntent):
 	// the live chunk, the host's own quota, the default quota's inputs
 	// (defaultquota.go), what the host holds (qHostHeld), the chunk's
-	// active grants and how many of them are this host's. No row: the
-	// chunk or the host does not exist.
+	// active grants, how many of them are this host's, and the chunk's
+	// placement as "dpa length dpa length …" in order (qChunkExtents; one
+	// statement fewer than reading its rows). No row: the chunk or the
+	// host does not exist.
 	qAdmit = `SELECT c.id, c.name, c.region, c.size, c.tag, c.sharable, c.created, h.quota,
 		(SELECT value FROM meta WHERE key = '` + metaDefaultQuota + `'),
 		(SELECT coalesce(sum(length), 0) FROM regions),
@@ -47,7 +49,8 @@ const (
 		(SELECT coalesce(sum(hc.size), 0) FROM grants hg JOIN chunks hc ON hc.id = hg.chunk
 			WHERE hg.host = h.id AND hg.state IN ` + activeStates + `),
 		(SELECT count(*) FROM grants WHERE chunk = c.id AND state IN ` + activeStates + `),
-		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = h.id AND state IN ` + activeStates + `)
+		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = h.id AND state IN ` + activeStates + `),
+		(SELECT group_concat(dpa || ' ' || length, ' ' ORDER BY idx) FROM chunk_extents WHERE chunk = c.id)
 		FROM chunks c, hosts h WHERE c.id = ? AND c.deleted IS NULL AND h.id = ?`
 )
 
