@@ -32,14 +32,18 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 			// not possible there.
 			return fmt.Errorf("region is not sharable: %w: %w", dcd.ErrNotSharable, dcd.ErrInvalid)
 		}
-		free, err := regionFree(ctx, tx, r)
+		busy, orphans, err := busySpans(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		free, err := regionFree(ctx, tx, r, orphans)
 		if err != nil {
 			return err
 		}
 		if c.Size > free {
 			return fmt.Errorf("%d bytes free in the region: %w", free, dcd.ErrNoCapacity)
 		}
-		spans, err := place(ctx, tx, r, c.Size)
+		spans, err := place(r, c.Size, busy)
 		if err != nil {
 			return err
 		}
@@ -75,27 +79,16 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 }
 
 // regionFree is the region's length minus its live chunks and the orphaned
-// extents that fall inside it (orphaned capacity is never handed out).
-func regionFree(ctx context.Context, tx *Tx, r dcd.Region) (uint64, error) {
+// extents that fall inside it (orphaned capacity is never handed out);
+// orphans are the orphaned extents (busySpans reads them).
+func regionFree(ctx context.Context, tx *Tx, r dcd.Region, orphans []span) (uint64, error) {
 	var reserved int64
 	if err := tx.QueryRowContext(ctx, qReserved, r.Index).Scan(&reserved); err != nil {
 		return 0, fmt.Errorf("reserved capacity: %w", err)
 	}
 	used := u64(reserved)
-	rows, err := tx.QueryContext(ctx, qOrphanSpans)
-	if err != nil {
-		return 0, fmt.Errorf("orphaned capacity: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var dpa, length int64
-		if err := rows.Scan(&dpa, &length); err != nil {
-			return 0, fmt.Errorf("orphaned capacity: %w", err)
-		}
-		used = addSat(used, overlap(u64(dpa), u64(length), r.Base, r.Length))
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("orphaned capacity: %w", err)
+	for _, o := range orphans {
+		used = addSat(used, overlap(o.dpa, o.length, r.Base, r.Length))
 	}
 	if used >= r.Length {
 		return 0, nil

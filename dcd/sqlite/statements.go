@@ -23,14 +23,17 @@ const (
 	qHeads      = `SELECT count(*) FROM hosts`
 	qHeartbeat  = `INSERT INTO meta (key, value) VALUES ('heartbeat', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
 	// Reserve (CreateChunk) and its placement, which run once per chunk.
-	qRegions          = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
-	qRegion           = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
-	qReserved         = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
-	qOrphanSpans      = `SELECT dpa, length FROM orphan_extents`
-	qLiveChunkSpans   = `SELECT ce.dpa, ce.length FROM chunk_extents ce JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL`
-	qActiveGrantSpans = `SELECT e.dpa, e.length FROM extents e JOIN grants g ON g.id = e.grant_id WHERE g.state IN ` + activeStates
-	qInsertChunk      = `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`
-	qInsertPlacement  = `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`
+	qRegions  = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
+	qRegion   = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
+	qReserved = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
+	// qBusySpans is every DPA range that is not free (placement.go): live
+	// chunks' placements, active grants' extents and orphaned extents,
+	// the last marked.
+	qBusySpans = `SELECT ce.dpa, ce.length, 0 FROM chunk_extents ce JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL
+		UNION ALL SELECT e.dpa, e.length, 0 FROM extents e JOIN grants g ON g.id = e.grant_id WHERE g.state IN ` + activeStates + `
+		UNION ALL SELECT dpa, length, 1 FROM orphan_extents`
+	qInsertChunk     = `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`
+	qInsertPlacement = `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`
 	// qDeleteChunk deletes a live chunk with no active grant; when it
 	// matches nothing, DeleteChunk finds out which rule refused.
 	qDeleteChunk = `UPDATE chunks SET deleted = ? WHERE id = ? AND deleted IS NULL
@@ -65,5 +68,5 @@ func qMove(n int) string {
 func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
 		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit, qMove(1), qMove(3),
-		qRegions, qRegion, qReserved, qOrphanSpans, qLiveChunkSpans, qActiveGrantSpans, qInsertChunk, qInsertPlacement, qDeleteChunk}
+		qRegions, qRegion, qReserved, qBusySpans, qInsertChunk, qInsertPlacement, qDeleteChunk}
 }
