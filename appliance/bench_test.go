@@ -78,12 +78,14 @@ func BenchmarkGrantLatency(b *testing.B) {
 		b.StartTimer()
 	}
 	b.StopTimer()
-	commitP50, _ := percentiles(cs)
+	commitP50, commitP99 := percentiles(cs)
 	p50, p99 := percentiles(lat)
 	b.ReportMetric(p50, "grant-p50-ns")
 	b.ReportMetric(p99, "grant-p99-ns")
 	b.ReportMetric(commitP50, "commit-p50-ns")
+	b.ReportMetric(commitP99, "commit-p99-ns")
 	b.ReportMetric(p50/commitP50, "grant-p50/commit")
+	b.ReportMetric(p99/commitP99, "grant-p99/commit-p99")
 }
 
 // cpuTime is the CPU time (user and system) the process has used.
