@@ -36,6 +36,7 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
+	"cxlpool/history"
 	"cxlpool/host/report"
 	"cxlpool/host/share"
 	"cxlpool/kv"
@@ -114,6 +115,9 @@ type Config struct {
 	// Telemetry is the CHMU pipeline behind the TelemetryService
 	// (telemetry.go). Nil: the service shows itself disabled.
 	Telemetry Telemetry
+	// History is the box's downsampled history and alerts
+	// (metrichistory.go, triggers.go). Nil: neither is served.
+	History *history.Service
 	// Update is the box's A/B image slots (updatepush.go): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
 	// both slots. Nil (not running from the image): neither.
@@ -295,6 +299,7 @@ func (s *Server) routes() []func() {
 		s.managerResetRoutes,
 		s.consoleRoutes,
 		s.telemetryRoutes,
+		s.triggerRoutes,
 		s.networkRoutes,
 		s.certificateRoutes,
 		s.supportBundleRoutes,

@@ -95,7 +95,9 @@ func (t Trigger) Applies(s Series) bool {
 // least one threshold, finite values in order (LowerCritical ≤
 // LowerWarning < UpperWarning ≤ UpperCritical) and a hysteresis ≥ 0.
 func (t Trigger) Validate() error {
-	bad := func(f string, a ...any) error { return fmt.Errorf("%w: trigger %q: %s", ErrInvalid, t.ID, fmt.Sprintf(f, a...)) }
+	bad := func(f string, a ...any) error {
+		return fmt.Errorf("%w: trigger %q: %s", ErrInvalid, t.ID, fmt.Sprintf(f, a...))
+	}
 	if t.ID == "" || strings.ContainsAny(t.ID, "/?#% ") {
 		return bad("the Id must be non-empty, without '/', '?', '#', '%%' or spaces")
 	}

@@ -240,12 +240,18 @@ func extension() []complexType {
 			integer("UnitBytes", "The size of a reported unit, in bytes."),
 			object("Hints", "Hints", "The host's placement advice."),
 			object("Collector", "Collector", "The collector's counters."),
+			when("Start", "The start of a history report's window."),
+			when("End", "The end of a history report's window."),
+			integer("IntervalSeconds", "The width of a history report's buckets, in seconds."),
 		}},
 		{name: "MetricValue", top: true, desc: "Where a hot unit is.", props: []prop{
 			integer("DPA", "The unit's device physical address."),
 			integer("Bytes", "The unit's size, in bytes."),
 			integer("ErrorBound", "The most the count may be over."),
 			boolean("Shared", "Whether the unit lies in shared capacity."),
+			prop{name: "Min", kind: kNumber, desc: "A history bucket's lowest sample."},
+			prop{name: "Max", kind: kNumber, desc: "A history bucket's highest sample."},
+			integer("Samples", "How many samples a history bucket holds."),
 		}},
 		{name: "Hints", desc: "A host's placement advice.", props: []prop{
 			object("Promote", "PromoteHint", "The units to keep close.").list(),
@@ -312,6 +318,21 @@ func extension() []complexType {
 		{name: "KVToken", desc: "A member host's token for the KV protocol.", props: []prop{
 			str("Host", "The host's ComputerSystem Id."),
 			str("Token", "The token, 64 hex digits; shown once."),
+		}},
+		{name: "Trigger", top: true, desc: "The open alerts of a trigger.", props: []prop{
+			object("Alerts", "TriggerAlert", "The series beyond one of the trigger's thresholds.").list(),
+		}},
+		{name: "TriggerAlert", desc: "A series beyond one of its trigger's thresholds.", props: []prop{
+			str("MetricProperty", "The resource the series is about."),
+			str("Series", "The series: the metric, and the subject after a slash."),
+			str("Severity", "Warning or Critical."),
+			str("Threshold", "The threshold crossed: UpperCritical, UpperWarning, LowerWarning or LowerCritical."),
+			prop{name: "ThresholdReading", kind: kNumber, desc: "The crossed threshold's value."},
+			prop{name: "Reading", kind: kNumber, desc: "The series' last reading."},
+			when("Since", "When the series crossed the threshold."),
+			boolean("Acknowledged", "Whether someone acknowledged the alert."),
+			str("AcknowledgedBy", "Who acknowledged it."),
+			when("AcknowledgedAt", "When it was acknowledged."),
 		}},
 		{name: "Collector", desc: "The hotness collector's counters.", props: []prop{
 			integer("Records", "The hotlist records read."),
