@@ -48,7 +48,7 @@ export function useAlerts(principal) {
 }
 
 // acknowledge acknowledges one open alert.
-export const acknowledge = (a) => api.post(a.trigger.Actions['#CxlPool.Acknowledge'].target, { MetricProperty: a.MetricProperty });
+export const acknowledge = (a) => api.post(a.trigger.Actions.Oem['#CxlPool.Acknowledge'].target, { MetricProperty: a.MetricProperty });
 
 const sevClass = (s) => (s === 'Critical' ? 'bad' : s === 'Warning' ? 'warn' : 'ok');
 
@@ -97,7 +97,7 @@ export function Notifications({ principal }) {
   return html`<div class="notify" ref=${ref}>
     <button class=${'ghost notify-btn ' + (n ? sevClass(w) : '')} id="notify-btn" aria-expanded=${open} aria-controls="notify-panel"
       aria-label=${n ? `${n} alerts not acknowledged` : `Alerts: ${alerts.open.length} open`} onClick=${() => setOpen(!open)}>
-      <span aria-hidden="true">🔔</span>${n ? html` <span class=${'badge ' + sevClass(w)} id="notify-count">${n}</span>` : null}</button>
+      <svg class="bell" width="16" height="16" viewBox="0 0 16 16" aria-hidden="true"><path d="M8 1.5a4 4 0 0 0-4 4v2.8L2.6 11h10.8L12 8.3V5.5a4 4 0 0 0-4-4zM6.3 12.5a1.8 1.8 0 0 0 3.4 0z" /></svg>${n ? html` <span class=${'badge ' + sevClass(w)} id="notify-count">${n}</span>` : null}</button>
     ${open ? html`<div class="notify-panel card" id="notify-panel" role="region" aria-label="Open alerts">
       <div class="card-h"><h2>Alerts</h2><a href="#/alerts" onClick=${() => setOpen(false)}>Thresholds…</a></div>
       <div class="card-b"><${AlertList} alerts=${alerts} principal=${principal} onChange=${alerts.reload} id="notify-list" /></div></div>` : null}

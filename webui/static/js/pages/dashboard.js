@@ -136,20 +136,20 @@ export default function Dashboard({ principal }) {
     <//>
     <div class="grid">
       <${Card} title="Per-host usage" id="hostuse">
-        <table><thead><tr><th>Host</th><th>Link</th><th class="num">Granted</th><th>Of quota</th>${history?.hosts ? html`<th>Last hour</th>` : null}</tr></thead>
+        <table><thead><tr><th>Host</th><th>Link</th><th class="num">Granted</th><th>Of quota</th>${history?.hosts ? html`<th title="Granted over the last hour">1 h</th>` : null}</tr></thead>
         <tbody>${systems.map((s) => {
           const c = s.Oem?.CxlPool || {};
           return html`<tr><td><span class="sw" style=${{ background: hostColor(hostNum(s.Id)) }}></span> <a href=${'#/hosts?host=' + s.Id}>${s.Name}</a></td>
             <td><${LinkBadge} up=${c.LinkUp} /></td><td class="num">${fmtMiB(c.GrantedMiB)}</td>
             <td>${c.QuotaMiB ? html`<${Meter} value=${c.GrantedMiB} max=${c.QuotaMiB} label=${`${s.Id}: ${fmtMiB(c.GrantedMiB)} of ${fmtMiB(c.QuotaMiB)}`} />` : html`<span class="hint">no quota</span>`}</td>
-            ${history?.hosts ? html`<td><${Sparkline} width=${90} values=${gib(history.hosts.series.find((x) => x.subject === s.Id)?.values || [])} title=${`${s.Id}'s granted capacity over the last hour`} /></td>` : null}</tr>`;
+            ${history?.hosts ? html`<td><${Sparkline} width=${48} values=${gib(history.hosts.series.find((x) => x.subject === s.Id)?.values || [])} title=${`${s.Id}'s granted capacity over the last hour`} /></td>` : null}</tr>`;
         })}</tbody></table>
       <//>
       <${Card} title="Health" id="health">
         <dl class="kv">
           ${health.map((h) => html`<dt><a href=${h.href}>${h.label}</a></dt><dd>${h.error ? html`<span class="badge bad">${h.error}</span>` : html`<${Health} status=${h.status} />`}</dd>`)}
           ${alerts ? html`<dt><a href="#/alerts">Alerts</a></dt><dd id="health-alerts">${alerts.open.length === 0 ? html`<${Badge} value="OK" label="none open" />`
-            : html`<${Badge} value=${worst(alerts.open)} label=${`${alerts.open.length} open${alerts.unacked ? `, ${alerts.unacked} not acknowledged` : ''}`} />`}</dd>` : null}
+            : html`<${Badge} value=${worst(alerts.open)} label=${`${alerts.open.length} open${alerts.unacked ? `, ${alerts.unacked} new` : ''}`} />`}</dd>` : null}
           <dt>Host links</dt><dd><${Badge} value=${upCount === systems.length ? 'OK' : 'Warning'} label=${`${upCount} of ${systems.length} up`} /></dd>
           <dt>Active connections</dt><dd>${conns.length}</dd>
         </dl>
