@@ -2,9 +2,10 @@
 // pure-Go driver). Each series has a row per bucket in each tier (10 s
 // and 5 min) holding the count, sum, min and max of its samples, merged
 // by an upsert, so that a restart loses only the round in flight. The
-// size is bounded: at most MaxSeries series (about 17 k rows each: 8640
-// fine and 8640 coarse buckets), each tier pruned to its retention on
-// every round. Durability is relaxed (synchronous=NORMAL): a power loss
+// size is bounded: at most MaxSeries series (128 by default), each with
+// at most 8640 fine and 8640 coarse buckets of some 40 bytes on disk
+// (TestSizeOfADay), each tier pruned to its retention on every round:
+// about 85 MiB at most. Durability is relaxed (synchronous=NORMAL): a power loss
 // may lose the last seconds of history, never the file.
 package sqlite
 
@@ -28,7 +29,8 @@ import (
 // Options tunes a Store.
 type Options struct {
 	Logger *slog.Logger
-	// MaxSeries bounds the series kept (256).
+	// MaxSeries bounds the series kept (128: about 85 MiB at a month's
+	// steady state, 40 B per bucket and 17,280 buckets a series).
 	MaxSeries int
 }
 
@@ -84,7 +86,7 @@ func Open(ctx context.Context, path string, opts Options) (*Store, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.MaxSeries <= 0 {
-		opts.MaxSeries = 256
+		opts.MaxSeries = 128
 	}
 	if path == "" || strings.ContainsRune(path, '?') {
 		return nil, fmt.Errorf("history store: path %q: must be non-empty and without '?': %w", path, history.ErrInvalid)
@@ -165,9 +167,13 @@ func (s *Store) Add(ctx context.Context, t time.Time, samples []history.Sample) 
 	defer tx.Rollback() // a no-op after Commit
 	added := map[history.Series]int64{}
 	var full []string
-	up := `INSERT INTO points (series, tier, bucket, n, sum, min, max) VALUES (?, ?, ?, 1, ?, ?, ?)
+	up, err := tx.PrepareContext(ctx, `INSERT INTO points (series, tier, bucket, n, sum, min, max) VALUES (?, ?, ?, 1, ?, ?, ?)
 		ON CONFLICT (series, tier, bucket) DO UPDATE SET n = n + 1, sum = sum + excluded.sum,
-		min = min(min, excluded.min), max = max(max, excluded.max)`
+		min = min(min, excluded.min), max = max(max, excluded.max)`)
+	if err != nil {
+		return fmt.Errorf("history store: %w", err)
+	}
+	defer up.Close()
 	for _, x := range samples {
 		id, ok := s.series[x.Series]
 		if !ok {
@@ -189,7 +195,7 @@ func (s *Store) Add(ctx context.Context, t time.Time, samples []history.Sample) 
 			step time.Duration
 		}{{tierFine, history.FineStep}, {tierCoarse, history.CoarseStep}} {
 			b := history.BucketOf(t, tier.step).Unix()
-			if _, err := tx.ExecContext(ctx, up, id, tier.n, b, x.Value, x.Value, x.Value); err != nil {
+			if _, err := up.ExecContext(ctx, id, tier.n, b, x.Value, x.Value, x.Value); err != nil {
 				return fmt.Errorf("history store: %s: %w", x.Series, err)
 			}
 		}

@@ -35,11 +35,10 @@ export default function Alerts({ principal }) {
     <${Card} title="Thresholds" id="thresholds">
       <p class="hint">Checked against every 10 s sample of the box's history; a crossing raises an event (Telemetry registry) and
         an alert here until the reading is back in range by the hysteresis.${principal.can.manager ? '' : ' Only administrators may change them.'}</p>
-      <div class="table-wrap"><table id="triggers"><thead><tr><th>Alert</th><th>Metric</th>
-        ${BOUNDS.map(([, l]) => html`<th class="num">${l}</th>`)}<th class="num">Hysteresis</th><th>Enabled</th><th>Health</th><th></th></tr></thead>
+      <div class="table-wrap"><table id="triggers"><thead><tr><th>Alert</th><th>Thresholds</th><th class="num">Hysteresis</th><th>Enabled</th><th>Health</th><th></th></tr></thead>
       <tbody>${alerts.triggers.map((t) => html`<tr id=${'trigger-' + t.Id}>
-        <td><b>${t.Name || t.Id}</b><div class="hint">${t.Description}</div></td><td class="mono">${(t.MetricIds || []).join(', ')}</td>
-        ${BOUNDS.map(([b]) => html`<td class="num">${reading(t, b) ?? '–'}${reading(t, b) !== undefined ? ' ' + unit(t) : ''}</td>`)}
+        <td><b>${t.Name || t.Id}</b> <span class="hint mono">${(t.MetricIds || []).join(', ')}</span><div class="hint">${t.Description}</div></td>
+        <td>${BOUNDS.filter(([b]) => reading(t, b) !== undefined).map(([b, l]) => html`<div class="nowrap">${l.toLowerCase()} <b>${reading(t, b)}${unit(t) ? ' ' + unit(t) : ''}</b></div>`)}</td>
         <td class="num">${t.HysteresisReading ?? 0}</td>
         <td><${Badge} value=${t.TriggerEnabled ? 'OK' : 'Disabled'} label=${t.TriggerEnabled ? 'on' : 'off'} /></td>
         <td><${Health} status=${t.Status} /></td>
