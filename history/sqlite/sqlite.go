@@ -238,7 +238,10 @@ func (s *Store) Query(ctx context.Context, x history.Series, from, to time.Time,
 	}
 	rows, err := s.db.QueryContext(ctx, `SELECT (bucket / ?) * ? AS b, sum(n), sum(sum), min(min), max(max)
 		FROM points WHERE series = ? AND tier = ? AND bucket >= ? AND bucket < ?
-		GROUP BY b ORDER BY b`, st, st, id, tier, history.BucketOf(from, step).Unix(), to.Unix())
+		GROUP BY b ORDER BY b`, st, st, id, tier, history.BucketOf(from, step).Unix(),
+		// Buckets starting before to, to the nanosecond (to.Unix() alone would
+		// drop the bucket of a sample taken in the same second as to).
+		to.Add(time.Second-time.Nanosecond).Unix())
 	if err != nil {
 		return nil, fmt.Errorf("history store: %w", err)
 	}

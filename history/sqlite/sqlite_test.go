@@ -162,3 +162,18 @@ func TestTriggersAndAlerts(t *testing.T) {
 		t.Errorf("alerts after delete: %v", as)
 	}
 }
+
+// TestQuerySameSecond: a sample taken in the second the window ends in
+// is in the window.
+func TestQuerySameSecond(t *testing.T) {
+	ctx := context.Background()
+	s := open(t, filepath.Join(t.TempDir(), "h.db"), sqlite.Options{})
+	defer s.Close()
+	if err := s.Add(ctx, t0.Add(100*time.Millisecond), []history.Sample{{Series: free, Value: 1}}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := s.Query(ctx, free, t0.Add(-time.Hour), t0.Add(300*time.Millisecond), history.FineStep)
+	if err != nil || len(got) != 1 {
+		t.Errorf("Query: got %v, %v, want the one bucket", got, err)
+	}
+}

@@ -1,4 +1,4 @@
-package api
+package telemetry
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/history"
@@ -82,16 +83,37 @@ func (s *Server) triggerRoutes() {
 	})
 	s.Handle(http.MethodPatch, triggersURI+"/:id", redfish.PrivConfigureManager, s.patchTrigger)
 	s.Handle(http.MethodPost, triggersURI+"/:id/Actions/Oem/CxlPool.Acknowledge", redfish.PrivConfigureComponents, s.acknowledgeAlert)
+	s.feedAlerts(h)
+}
+
+// feedAlerts publishes the history's alert transitions as events until
+// the service stops.
+func (s *Server) feedAlerts(h *history.Service) {
 	ch, cancel := h.Subscribe(256)
-	feed(s, ch, cancel, func(tr history.Transition) { s.Publish(alertEvent(tr)) })
+	s.bg.Add(1)
+	go func() {
+		defer s.bg.Done()
+		defer cancel()
+		for {
+			select {
+			case <-s.ctx.Done():
+				return
+			case tr, ok := <-ch:
+				if !ok {
+					return
+				}
+				s.Publish(alertEvent(tr))
+			}
+		}
+	}()
 }
 
 // alertEvent is the event of an alert transition.
 func alertEvent(tr history.Transition) redfish.Event {
 	ev := redfish.Event{MessageKey: tr.MessageKey, Args: tr.Args, Origin: triggerURI(tr.Alert.Trigger)}
 	x := history.Series{Metric: tr.Alert.Metric, Subject: tr.Alert.Subject}
-	if h, err := ParseSystemID(x.Subject); err == nil {
-		ev.Host = hostRef(h)
+	if h, err := pool.ParseSystemID(x.Subject); err == nil {
+		ev.Host = pool.HostRef(h)
 	}
 	if !tr.Cleared {
 		ev.Resolution = fmt.Sprintf("%s is about %s. Acknowledge it in the console's notifications (or POST %s); "+

@@ -1,4 +1,4 @@
-package api
+package telemetry
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/history"
@@ -79,17 +80,17 @@ func findHistoryReport(id string) (historyReport, bool) {
 func historySubjectURI(s history.Series) string {
 	switch {
 	case strings.HasPrefix(s.Metric, "Host") && s.Subject != "":
-		return SystemsURI + "/" + s.Subject
+		return pool.SystemsURI + "/" + s.Subject
 	case strings.HasPrefix(s.Metric, "Sensor") && s.Subject != "":
-		return SensorsURI + "/" + s.Subject
+		return sensorsURI + "/" + s.Subject
 	case strings.HasPrefix(s.Metric, "Export"):
-		return RDMAFabricURI
+		return pool.RDMAFabricURI
 	case strings.HasPrefix(s.Metric, "CHMU"):
 		return telemetryServiceURI
 	case strings.HasPrefix(s.Metric, "Certificate"):
 		return httpsCertMemberURI
 	}
-	return MemoryDomainURI
+	return pool.MemoryDomainURI
 }
 
 // historyVisible: a host sees HostHistory (its own series); the rest
@@ -103,7 +104,7 @@ func seriesVisible(p *redfish.Principal, s history.Series) bool {
 	if p.Has(redfish.PrivApplianceView) {
 		return true
 	}
-	h, err := ParseSystemID(s.Subject)
+	h, err := pool.ParseSystemID(s.Subject)
 	return err == nil && strings.HasPrefix(s.Metric, "Host") && p.CanSeeHost(redfish.HostID(h))
 }
 
@@ -286,3 +287,9 @@ func (s *Server) historyServiceLinks(o redfish.Obj) {
 	o["MetricReports"] = redfish.Link(metricReportsURI)
 	o["Triggers"] = redfish.Link(triggersURI)
 }
+
+// URIs of other packages' resources that history series are about.
+const (
+	sensorsURI         = pool.ChassisURI + "/Sensors"                              // api/board
+	httpsCertMemberURI = pool.ManagerURI + "/NetworkProtocol/HTTPS/Certificates/1" // api/manager
+)
