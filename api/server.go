@@ -21,6 +21,7 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
+	"cxlpool/history"
 	"cxlpool/host/report"
 	"cxlpool/host/share"
 	"cxlpool/kv"
@@ -99,6 +100,9 @@ type Config struct {
 	// Telemetry is the CHMU pipeline behind the TelemetryService
 	// (api/telemetry). Nil: the service shows itself disabled.
 	Telemetry Telemetry
+	// History is the box's downsampled history and alerts
+	// (api/telemetry: metrichistory.go, triggers.go). Nil: neither is served.
+	History *history.Service
 	// Update is the box's A/B image slots (updatepush.go): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
 	// both slots. Nil (not running from the image): neither.
@@ -290,7 +294,7 @@ func (s *Server) routes() []func() {
 		s.managerPatchRoutes,
 		s.managerResetRoutes,
 		s.consoleRoutes,
-		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants}).Routes,
+		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants, History: s.cfg.History}).Routes,
 		s.mc.Routes, // network, certificates
 		s.supportBundleRoutes,
 		s.consistencyRoutes,

@@ -28,6 +28,7 @@ import (
 	"cxlpool/fabric/cci"
 	"cxlpool/fabric/fm"
 	"cxlpool/fabric/serial"
+	"cxlpool/history"
 	"cxlpool/host/report"
 	"cxlpool/internal/bytesize"
 	"cxlpool/kv"
@@ -114,6 +115,9 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (hmu/telemetry, started in telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
+	// History keeps the box's downsampled history and alerts (history.go);
+	// nil if its store could not be opened.
+	History *history.Service
 	// Fleet is the fleet plane once started (fleet.go); nil when off.
 	Fleet   *Fleet
 	kvHeat  kvHeat      // the KV store's eviction reads Telemetry's heat through it
@@ -365,6 +369,7 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	if err := a.startKV(ctx); err != nil {
 		return err
 	}
+	a.startHistory(ctx) // after telemetry and KV: it reads them
 	if a.Exports == nil {
 		a.checkAtStart(ctx)
 		return nil

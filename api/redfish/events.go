@@ -265,7 +265,7 @@ type subscriptionCreate struct {
 	Context          string   `json:"Context"`
 	SubscriptionType string   `json:"SubscriptionType" enum:"RedfishEvent"`
 	EventFormatType  string   `json:"EventFormatType" enum:"Event"`
-	RegistryPrefixes []string `json:"RegistryPrefixes" enum:"Base|ResourceEvent|TaskEvent"`
+	RegistryPrefixes []string `json:"RegistryPrefixes" enum:"Base|ResourceEvent|TaskEvent|Telemetry"`
 	MessageIds       []string `json:"MessageIds"`
 	ID               string   `json:"Id" rf:"readonly"`
 	Name             string   `json:"Name" rf:"readonly"`
@@ -337,7 +337,7 @@ func (s *Service) eventService() Obj {
 		"DeliveryRetryAttempts":        s.cfg.PushRetryAttempts,
 		"DeliveryRetryIntervalSeconds": int(s.cfg.PushRetryInterval / time.Second),
 		"EventFormatTypes":             []string{"Event"},
-		"RegistryPrefixes":             []string{"Base", "ResourceEvent", "TaskEvent"},
+		"RegistryPrefixes":             []string{"Base", "ResourceEvent", "TaskEvent", "Telemetry"},
 		"ServerSentEventUri":           sseURI,
 		"SSEFilterPropertiesSupported": Obj{"EventFormatType": false, "MessageId": false, "MetricReportDefinition": false,
 			"OriginResource": false, "RegistryPrefix": false, "ResourceType": false, "SubordinateResources": false},

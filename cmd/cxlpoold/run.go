@@ -159,6 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KV:          app.KV,
 		KVEvents:    app.SubscribeKVEvents,
 		Telemetry:   tel,
+		History:     app.History, // appliance/history.go: history and alerts
 		Board:       app.Board,
 		HostReports: app.HostReports, // what host agents report; a release waits while they say in use
 		LocalCXL:    localCXL(),      // image.go

@@ -5,6 +5,7 @@ import { html, render, useState, useEffect, useCallback } from './lib.js';
 import * as api from './api.js';
 import * as live from './live.js';
 import { Principal, Root, ErrorBox, Notice, Loading, Field } from './ui.js';
+import { Notifications } from './notify.js';
 
 const PAGES = [
   { path: 'dashboard', title: 'Dashboard', load: () => import('./pages/dashboard.js') },
@@ -13,6 +14,7 @@ const PAGES = [
   { path: 'hotpages', title: 'Hot pages', load: () => import('./pages/hotpages.js') },
   { path: 'events', title: 'Events & audit log', load: () => import('./pages/events.js') },
   { path: 'board', title: 'Sensors, fans & power', load: () => import('./pages/board.js') },
+  { path: 'alerts', title: 'Alerts & thresholds', load: () => import('./pages/alerts.js'), appliance: true },
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
   { path: 'fleet', title: 'Fleet', load: () => import('./pages/fleet.js'), appliance: true },
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
@@ -169,6 +171,7 @@ function Shell({ principal, onLogout }) {
       <div class="brand"><span class="logo" aria-hidden="true">▦</span> cxlpool <span class="hint">Fabric Manager</span></div>
       <div class="topbar-r">
         <${StreamIndicator} />
+        <${Notifications} principal=${principal} />
         <span class="who" id="whoami">${principal.user} <span class="badge muted">${principal.role}${principal.host ? ' · ' + principal.host : ''}</span></span>
         <${ThemeToggle} />
         <button class="ghost" onClick=${onLogout} id="logout">Sign out</button>
