@@ -4,7 +4,7 @@
 import { html, render, useState, useEffect, useCallback } from './lib.js';
 import * as api from './api.js';
 import * as live from './live.js';
-import { Principal, Root, ErrorBox, Notice, Loading, Field } from './ui.js';
+import { Principal, Root, ErrorBox, Notice, Loading, Field, NotPermitted } from './ui.js';
 
 const PAGES = [
   { path: 'dashboard', title: 'Dashboard', load: () => import('./pages/dashboard.js') },
@@ -14,6 +14,7 @@ const PAGES = [
   { path: 'events', title: 'Events & audit log', load: () => import('./pages/events.js') },
   { path: 'board', title: 'Sensors, fans & power', load: () => import('./pages/board.js') },
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
+  { path: 'kv', title: 'KV-cache namespaces', load: () => import('./pages/kv.js'), appliance: true },
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
   { path: 'users', title: 'Users & roles', load: () => import('./pages/users.js') },
   { path: 'network', title: 'Network & time', load: () => import('./pages/network.js'), appliance: true },
@@ -149,6 +150,7 @@ function PageHost({ route, principal }) {
     return () => { cancelled = true; };
   }, [route.path]);
   if (!page) return html`<h1>Not found</h1><p>No page “${route.path}”. <a href="#/dashboard">Dashboard</a></p>`;
+  if (page.appliance && !principal.can.appliance) return html`<h1>${page.title}</h1><${NotPermitted} what=${'The ' + page.title + ' page'} principal=${principal} />`;
   if (err) return html`<${ErrorBox} error=${err} />`;
   if (!mod) return html`<${Loading} what=${'Loading ' + page.title} />`;
   const Page = mod.default;
