@@ -163,6 +163,10 @@ function Shell({ principal, onLogout }) {
   useEffect(() => {
     const m = document.getElementById('main');
     if (m) m.focus({ preventScroll: true });
+    // On a narrow screen the page list is one scrolling row: keep the
+    // current page's link in view.
+    const cur = document.querySelector('.sidenav a[aria-current="page"]');
+    if (cur) cur.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   }, [route.path]);
   return html`<div class="shell">
     <a class="skip" href="#main" onClick=${(e) => { e.preventDefault(); document.getElementById('main').focus(); }}>Skip to content</a>
