@@ -12,7 +12,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"cxlpool/api/apitest"
-	"cxlpool/sim"
 )
 
 // TestConsoleScreenshots writes the README's console screenshots: every
@@ -33,16 +32,7 @@ func TestConsoleScreenshots(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := apitest.NewServer(t)
-	own := reserve(t, env, 2048, false)
-	connect(t, env, own, "Host2")
-	shared := reserve(t, env, 1024, true)
-	connect(t, env, shared, "Host2")
-	connect(t, env, shared, "Host5")
-	for _, h := range []int{2, 5} {
-		if err := env.App.Box.StartWorkload(h, sim.WorkloadZipf, sim.WorkloadParams{}); err != nil {
-			t.Fatalf("starting Host%d's workload: %v", h, err)
-		}
-	}
+	sharedScene(t, env)
 	if env.App.KV != nil {
 		r := env.Admin.Post("/redfish/v1/Oem/CxlPool/KVNamespaces", map[string]any{"Name": "llama70b", "ChunkSizeMiB": 256, "QuotaMiB": 2048, "Hosts": []string{"Host0", "Host1"}})
 		if r.Status != http.StatusCreated {

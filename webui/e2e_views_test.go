@@ -59,6 +59,24 @@ func reserve(t *testing.T, env *apitest.Env, sizeMiB int, sharable bool) string 
 
 func chunkID(uri string) string { return uri[strings.LastIndex(uri, "/")+1:] }
 
+// sharedScene gives Host2 a 2 GiB chunk of its own and a 1 GiB one it
+// shares with Host5, both hosts running a Zipf load on what they hold;
+// it returns the two chunks' URIs.
+func sharedScene(t *testing.T, env *apitest.Env) (own, shared string) {
+	t.Helper()
+	own = reserve(t, env, 2048, false)
+	connect(t, env, own, "Host2")
+	shared = reserve(t, env, 1024, true)
+	connect(t, env, shared, "Host2")
+	connect(t, env, shared, "Host5")
+	for _, h := range []int{2, 5} {
+		if err := env.App.Box.StartWorkload(h, sim.WorkloadZipf, sim.WorkloadParams{}); err != nil {
+			t.Fatalf("starting Host%d's workload: %v", h, err)
+		}
+	}
+	return own, shared
+}
+
 // TestPoolViewsInBrowser: Host2 holds a 2 GiB chunk and shares a 1 GiB
 // one with Host5, both under load. The heatmap's allocated view shows one
 // group per holder (Host2, shared) with each chunk labelled, hovering a
@@ -69,16 +87,7 @@ func chunkID(uri string) string { return uri[strings.LastIndex(uri, "/")+1:] }
 func TestPoolViewsInBrowser(t *testing.T) {
 	skipBrowser(t)
 	env := apitest.NewServer(t)
-	own := reserve(t, env, 2048, false)
-	connect(t, env, own, "Host2")
-	shared := reserve(t, env, 1024, true)
-	connect(t, env, shared, "Host2")
-	connect(t, env, shared, "Host5")
-	for _, h := range []int{2, 5} {
-		if err := env.App.Box.StartWorkload(h, sim.WorkloadZipf, sim.WorkloadParams{}); err != nil {
-			t.Fatalf("starting Host%d's workload: %v", h, err)
-		}
-	}
+	own, shared := sharedScene(t, env)
 	b := newBrowser(t, env.HTTP.URL)
 	b.login("admin", apitest.AdminPassword)
 
