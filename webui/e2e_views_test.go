@@ -88,13 +88,29 @@ func TestPoolViewsInBrowser(t *testing.T) {
 	skipBrowser(t)
 	env := apitest.NewServer(t)
 	own, shared := sharedScene(t, env)
+	// A chunk in two device ranges: reserve two, delete the first, and a
+	// chunk of both sizes takes the hole and the blocks after the second.
+	hole := reserve(t, env, 256, true)
+	reserve(t, env, 256, true)
+	if r := env.Admin.Delete(hole); r.Status != http.StatusNoContent {
+		t.Fatalf("delete %s: %s", hole, r)
+	}
+	split := reserve(t, env, 512, true)
+	connect(t, env, split, "Host3")
+	if err := env.App.Box.StartWorkload(3, sim.WorkloadZipf, sim.WorkloadParams{}); err != nil {
+		t.Fatalf("starting Host3's workload: %v", err)
+	}
+	ext := env.Admin.GetOK(split)["Oem"].(map[string]any)["CxlPool"].(map[string]any)["Extents"].([]any)
+	if len(ext) != 2 {
+		t.Fatalf("chunk %s lies in %v, want two ranges", split, ext)
+	}
 	b := newBrowser(t, env.HTTP.URL)
 	b.login("admin", apitest.AdminPassword)
 
 	b.page("topology", "Topology")
 	b.wait("regions labelled", `document.querySelectorAll('#topology-svg [data-region-label]').length === 2`)
 	labels := eval[string](b, `[...document.querySelectorAll('#topology-svg [data-region-label]')].map(g => g.textContent).join(' | ')`)
-	for _, want := range []string{"Region 0 · not sharable", "Region 1 · sharable", "2 GiB used", "1 GiB used", "free"} {
+	for _, want := range []string{"Region 0 · not sharable", "Region 1 · sharable", "2 GiB used", "1.75 GiB used", "free"} {
 		if !strings.Contains(labels, want) {
 			t.Errorf("region labels %q lack %q", labels, want)
 		}
@@ -103,17 +119,34 @@ func TestPoolViewsInBrowser(t *testing.T) {
 	if got := eval[string](b, fmt.Sprintf(`[...document.querySelectorAll('#topology-svg g[data-chunk=%q] path')].map(p => p.dataset.to).join()`, chunkID(own))); got != "Host2" {
 		t.Errorf("Host2's own chunk drawn to %q, want Host2 only", got)
 	}
-	b.wait("chunk table", `document.querySelectorAll('#topo-chunks tbody tr').length === 2`)
+	b.wait("chunk table", `document.querySelectorAll('#topo-chunks tbody tr').length === 3`)
+	b.wait("the split chunk drawn in two ranges", fmt.Sprintf(`document.querySelectorAll('#topology-svg g[data-chunk=%q] rect').length === 2 && document.querySelector('#topo-chunks tr[data-chunk=%q]').textContent.includes('2 ranges')`, chunkID(split), chunkID(split)))
 	b.shot("views-01-topology")
 
 	if _, ok := env.Admin.GetOK("/redfish/v1")["TelemetryService"]; !ok {
 		t.Skip("this build serves no TelemetryService: no heatmap to check")
 	}
 	b.page("hotpages", "Hot pages")
-	b.wait("allocated heatmap groups", `document.querySelectorAll('#heat-groups .heat-group').length === 2`)
+	b.wait("allocated heatmap groups", `document.querySelectorAll('#heat-groups .heat-group').length === 3`)
 	groups := eval[[]string](b, `[...document.querySelectorAll('#heat-groups .heat-group')].map(g => g.dataset.group)`)
-	if strings.Join(groups, ",") != "Host2,shared" {
-		t.Errorf("heatmap groups: got %v, want [Host2 shared]", groups)
+	if strings.Join(groups, ",") != "Host2,Host3,shared" {
+		t.Errorf("heatmap groups: got %v, want [Host2 Host3 shared]", groups)
+	}
+	// The split chunk: two cells of 256 MiB, the second at the start of
+	// its second range.
+	if got := eval[int](b, `document.querySelector('.heat-group[data-group="Host3"] canvas').width`); got != 2 {
+		t.Errorf("Host3's split chunk drawn in %d cells, want 2", got)
+	}
+	eval[bool](b, `(() => {
+		const cv = document.querySelector('.heat-group[data-group="Host3"] canvas');
+		const r = cv.getBoundingClientRect();
+		cv.dispatchEvent(new MouseEvent('mousemove', { bubbles: true, clientX: r.left + 0.75 * r.width, clientY: r.top + r.height / 2 }));
+		return true;
+	})()`)
+	b.wait("hover in the second range", `document.querySelector('#heat-hover').textContent.includes('Host3')`)
+	want := fmt.Sprintf("%s · offset 256 MiB of 512 MiB · DPA 0x%x", "chunk "+chunkID(split), uint64(ext[1].(map[string]any)["OffsetMiB"].(float64))<<20)
+	if hover := eval[string](b, `document.querySelector('#heat-hover').textContent`); !strings.Contains(hover, want) {
+		t.Errorf("hover over the split chunk's second cell: got %q, want it to contain %q", hover, want)
 	}
 	if got := eval[string](b, `document.querySelector('.heat-group[data-group="Host2"] .heat-chunk').dataset.chunk`); got != chunkID(own) {
 		t.Errorf("Host2's group shows chunk %s, want %s", got, chunkID(own))

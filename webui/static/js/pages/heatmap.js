@@ -3,8 +3,9 @@
 // chunk it belongs to (the default: the rest of a 1 TiB pool is cold by
 // construction and would drown the few chunks in use), and the whole
 // pool as one square. The frames carry heat per DPA cell only; who holds
-// a cell comes from the MemoryChunks the page reads (their placement and
-// grants), the same ledger the box maps its telemetry with. Colours are
+// a cell comes from the MemoryChunks the page reads (their device ranges,
+// Oem.CxlPool.Extents, and grants): the holders' grants, which the box
+// maps its telemetry with too. Colours are
 // on a log scale: a cell's byte is already log-quantized (8 steps per
 // doubling, hmu/stream), so the scale is linear in it.
 import { html, useEffect, useRef } from '../lib.js';
@@ -25,9 +26,30 @@ export const holders = (c) => (c.Oem?.CxlPool?.Grants || [])
 
 const placed = (c) => c.AddressRangeOffsetMiB !== undefined && c.AddressRangeOffsetMiB !== null;
 
-// chunkAt is the placed chunk whose device range holds dpa, or null.
+// ranges are a chunk's device ranges in bytes, lowest first: its
+// Oem.CxlPool.Extents (a chunk placed first fit may lie in several), else
+// the one range its offset and size make.
+export function ranges(c) {
+  const ex = c.Oem?.CxlPool?.Extents;
+  if (ex && ex.length) return ex.map((e) => ({ start: e.OffsetMiB * MiB, end: (e.OffsetMiB + e.SizeMiB) * MiB }));
+  if (!placed(c)) return [];
+  return [{ start: c.AddressRangeOffsetMiB * MiB, end: (c.AddressRangeOffsetMiB + c.MemoryChunkSizeMiB) * MiB }];
+}
+
+// offsetIn is dpa's byte offset in chunk c (its ranges end to end), or −1
+// if c does not hold dpa.
+export function offsetIn(c, dpa) {
+  let off = 0;
+  for (const r of ranges(c)) {
+    if (dpa >= r.start && dpa < r.end) return off + dpa - r.start;
+    off += r.end - r.start;
+  }
+  return -1;
+}
+
+// chunkAt is the chunk whose device ranges hold dpa, or null.
 export function chunkAt(chunks, dpa) {
-  return chunks.find((c) => placed(c) && dpa >= c.AddressRangeOffsetMiB * MiB && dpa < (c.AddressRangeOffsetMiB + c.MemoryChunkSizeMiB) * MiB) || null;
+  return chunks.find((c) => offsetIn(c, dpa) >= 0) || null;
 }
 
 // whose names the holders of a chunk shortly ("Host2", "Host2 + Host5").
@@ -41,15 +63,25 @@ export function groups(chunks, hm) {
   const by = new Map();
   for (const c of chunks) {
     const hs = holders(c);
-    if (!placed(c) || !hs.length) continue;
-    const start = c.AddressRangeOffsetMiB * MiB;
-    const end = start + c.MemoryChunkSizeMiB * MiB;
-    const a = Math.max(0, Math.floor((start - hm.base) / cell));
-    const b = Math.min(hm.cells.length, Math.max(a + 1, Math.ceil((end - hm.base) / cell)));
-    if (a >= hm.cells.length) continue;
+    const rs = ranges(c);
+    if (!rs.length || !hs.length) continue;
+    // The cells of each range, in order, each cell once; a cell's DPA is
+    // where the chunk's part of it starts.
+    const idx = [];
+    const dpa = [];
+    for (const r of rs) {
+      const a = Math.max(0, Math.floor((r.start - hm.base) / cell));
+      const b = Math.min(hm.cells.length, Math.max(a + 1, Math.ceil((r.end - hm.base) / cell)));
+      for (let i = a; i < b; i++) {
+        if (idx.length && idx[idx.length - 1] >= i) continue;
+        idx.push(i);
+        dpa.push(Math.max(r.start, hm.base + i * cell));
+      }
+    }
+    if (!idx.length) continue;
     const key = hs.length > 1 ? 'shared' : hs[0];
     if (!by.has(key)) by.set(key, { key, shared: hs.length > 1, host: hs.length > 1 ? null : hs[0], chunks: [] });
-    by.get(key).chunks.push({ c, hs, a, b, start });
+    by.get(key).chunks.push({ c, hs, idx, dpa, start: rs[0].start });
   }
   const out = [...by.values()];
   out.forEach((g) => g.chunks.sort((x, y) => x.start - y.start));
@@ -91,19 +123,19 @@ function cellAt(e, cols, n) {
 export function hoverText(h) {
   const rate = `≈ ${heat(h.q).toFixed(h.q && heat(h.q) < 10 ? 1 : 0)} accesses/epoch`;
   if (!h.chunk) return `DPA 0x${h.dpa.toString(16)} · not allocated · ${rate}`;
-  return `${whose(h.chunk)} · chunk ${h.chunk.Id} · offset ${fmtMiB(Math.max(0, h.dpa / MiB - h.chunk.AddressRangeOffsetMiB))} of ${fmtMiB(h.chunk.MemoryChunkSizeMiB)} · DPA 0x${h.dpa.toString(16)} · ${rate}`;
+  return `${whose(h.chunk)} · chunk ${h.chunk.Id} · offset ${fmtMiB(Math.max(0, offsetIn(h.chunk, h.dpa)) / MiB)} of ${fmtMiB(h.chunk.MemoryChunkSizeMiB)} · DPA 0x${h.dpa.toString(16)} · ${rate}`;
 }
 
 function ChunkStrip({ hm, item, maxQ, onHover }) {
   const ref = useRef(null);
-  const cells = hm.cells.subarray(item.a, item.b);
+  const cells = Uint8Array.from(item.idx, (i) => hm.cells[i]);
   const cols = Math.min(COLS, cells.length);
   useEffect(() => paint(ref.current, cells, cols, maxQ));
   const cell = 2 ** hm.cellShift;
   const hot = cells.reduce((m, q) => Math.max(m, q), 0);
   const move = (e) => {
     const i = cellAt(e, cols, cells.length);
-    if (i >= 0) onHover({ dpa: hm.base + (item.a + i) * cell, q: cells[i], chunk: item.c });
+    if (i >= 0) onHover({ dpa: item.dpa[i], q: cells[i], chunk: item.c });
   };
   const c = item.c;
   return html`<figure class="heat-chunk" data-chunk=${c.Id}>

@@ -7,7 +7,7 @@ import * as api from '../api.js';
 import { useLive } from '../live.js';
 import { Card, ErrorBox, Loading, Unavailable, useRoot, fmtMiB, fmtBytes, hostColor, hostNum } from '../ui.js';
 import { decodeFrame, findStreamURI, KIND_HEATMAP, KIND_TOPK, SCOPE_POOL, SCOPE_SHARED } from '../telemetry.js';
-import { AllocatedHeat, PoolHeat, HeatLegend, groups, chunkAt, holders, hoverText } from './heatmap.js';
+import { AllocatedHeat, PoolHeat, HeatLegend, groups, chunkAt, offsetIn, ranges, holders, hoverText } from './heatmap.js';
 const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
 
 function wsURL(uri) {
@@ -114,7 +114,7 @@ function Live({ oem, svc }) {
     if (!hm) return 0;
     if (view === 'pool') return hm.cells.reduce((a, b) => Math.max(a, b), 0);
     let m = 0;
-    for (const g of groups(chunks, hm)) for (const it of g.chunks) for (let i = it.a; i < it.b; i++) m = Math.max(m, hm.cells[i]);
+    for (const g of groups(chunks, hm)) for (const it of g.chunks) for (const i of it.idx) m = Math.max(m, hm.cells[i]);
     return m;
   })();
   const maxQ = Math.max(1, shownQ);
@@ -183,7 +183,7 @@ function TopK({ t, chunks }) {
         return html`<tr><td>${i + 1}</td>
           <td class="topk-host">${hs.length ? hs.map((s) => html`<span class="nowrap"><span class="sw" style=${{ background: hostColor(hostNum(s)) }}></span> ${s} </span>`) : html`<span class="hint">${t.scope >= 0 ? 'Host' + t.scope : '–'}</span>`}</td>
           <td class="topk-chunk">${c ? c.Id : '–'}</td>
-          <td class="num nowrap">${c ? fmtBytes(dpa - c.AddressRangeOffsetMiB * 2 ** 20) : '–'}</td>
+          <td class="num nowrap">${c ? fmtBytes(offsetIn(c, dpa)) : '–'}</td>
           <td class="num nowrap">${e.count} <span class="hint">±${e.err}</span></td><td class="mono">0x${dpa.toString(16)}</td></tr>`;
       })}</tbody></table></div>
     <p class="hint">Unit ${fmtBytes(unit)}; no count is over by more than ${t.errorBound}. Offset is within the chunk.</p>
@@ -193,11 +193,16 @@ function TopK({ t, chunks }) {
 function coldChunks(hm, chunks) {
   const cell = 2 ** hm.cellShift;
   return chunks.filter((c) => {
-    if (c.AddressRangeOffsetMiB === undefined || c.Status?.State !== 'Enabled') return false;
-    const a = Math.floor((c.AddressRangeOffsetMiB * 2 ** 20 - hm.base) / cell);
-    const b = Math.ceil(((c.AddressRangeOffsetMiB + c.MemoryChunkSizeMiB) * 2 ** 20 - hm.base) / cell);
-    for (let i = Math.max(0, a); i < Math.min(b, hm.cells.length); i++) if (hm.cells[i] > 0) return false;
-    return a < hm.cells.length;
+    const rs = ranges(c);
+    if (!rs.length || c.Status?.State !== 'Enabled') return false;
+    let seen = false;
+    for (const r of rs) {
+      const a = Math.floor((r.start - hm.base) / cell);
+      const b = Math.ceil((r.end - hm.base) / cell);
+      for (let i = Math.max(0, a); i < Math.min(b, hm.cells.length); i++) if (hm.cells[i] > 0) return false;
+      seen = seen || a < hm.cells.length;
+    }
+    return seen;
   });
 }
 

@@ -5,7 +5,7 @@ import { html, useState, useEffect } from '../lib.js';
 import * as api from '../api.js';
 import { useLive } from '../live.js';
 import { Card, ErrorBox, Loading, fmtMiB, hostColor, hostNum, LinkBadge } from '../ui.js';
-import { holders } from './heatmap.js';
+import { holders, ranges } from './heatmap.js';
 
 const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
 
@@ -72,11 +72,12 @@ export default function Topology() {
         </g>`)}
         ${placed.map((c) => {
           const hs = holders(c);
-          const y = yOf(c.AddressRangeOffsetMiB);
-          const h = Math.max(6, (POOL.h * c.MemoryChunkSizeMiB) / total);
+          // Each of its device ranges; the lines leave from the first.
+          const parts = ranges(c).map((r) => ({ y: yOf(r.start / 2 ** 20), h: Math.max(6, (POOL.h * (r.end - r.start)) / 2 ** 20 / total) }));
+          const { y, h } = parts[0] || { y: yOf(c.AddressRangeOffsetMiB), h: 6 };
           const fill = hs.length > 1 ? `url(#hatch-${hs[0]})` : hs.length ? hostColor(hostNum(hs[0])) : undefined;
           return html`<g data-chunk=${c.Id} data-holders=${hs.join(' ')}>
-            <rect x=${POOL.x} y=${y} width=${POOL.w} height=${h} fill=${fill} class=${fill ? undefined : 'reserved-chunk'} stroke="#000" stroke-width="0.5"><title>Chunk ${c.Id}: ${fmtMiB(c.MemoryChunkSizeMiB)} at ${fmtMiB(c.AddressRangeOffsetMiB)}, ${hs.length > 1 ? 'shared by ' + hs.join(', ') : hs[0] || 'unassigned'}</title></rect>
+            ${parts.map((p) => html`<rect x=${POOL.x} y=${p.y} width=${POOL.w} height=${p.h} fill=${fill} class=${fill ? undefined : 'reserved-chunk'} stroke="#000" stroke-width="0.5"><title>Chunk ${c.Id}: ${fmtMiB(c.MemoryChunkSizeMiB)} at ${fmtMiB(c.AddressRangeOffsetMiB)}${parts.length > 1 ? ` in ${parts.length} ranges` : ''}, ${hs.length > 1 ? 'shared by ' + hs.join(', ') : hs[0] || 'unassigned'}</title></rect>`)}
             ${hs.map((sid) => {
               const hd = headOf[sid];
               if (!hd) return null;
@@ -121,7 +122,7 @@ export default function Topology() {
           const reg = regions.find((x) => x.Region === r);
           return html`<tr data-chunk=${c.Id}><td>${c.Id}${c.DisplayName ? ' ' + c.DisplayName : ''}</td>
             <td>${r === undefined ? '–' : `${r}${reg ? (reg.Sharable ? ' · sharable' : ' · not sharable') : ''}`}</td>
-            <td class="num">${fmtMiB(c.MemoryChunkSizeMiB)}</td><td class="num">${fmtMiB(c.AddressRangeOffsetMiB)}</td>
+            <td class="num">${fmtMiB(c.MemoryChunkSizeMiB)}</td><td class="num">${fmtMiB(c.AddressRangeOffsetMiB)}${ranges(c).length > 1 ? html`<div class="hint">${ranges(c).length} ranges</div>` : null}</td>
             <td>${hs.length ? hs.map((sid) => html`<span class="nowrap"><span class="sw" style=${{ background: hostColor(hostNum(sid)) }}></span> ${sid} </span>`) : html`<span class="hint">nobody</span>`}${hs.length > 1 ? html` <span class="badge info">shared</span>` : null}</td></tr>`;
         })}</tbody></table></div>`}
       <p class="hint">Hatched chunks are shared: a line runs from the chunk to every host that holds it.</p>
