@@ -269,6 +269,16 @@ func TestLayoutInBrowser(t *testing.T) {
 			t.Errorf("host account, %s page: a refusal that does not name the role: %s", p.path, bad)
 		}
 	}
+	// Its heatmap shows its own capacity only, under its own name: the
+	// chunk it shares with Host1 is Host0's as far as it may see.
+	if _, ok := env.Host0.GetOK("/redfish/v1")["TelemetryService"]; ok {
+		b.do("open hot pages as a host", chromedp.Navigate(env.HTTP.URL+"/#/hotpages"))
+		b.wait("the host's heatmap", `document.querySelector('#heat-groups .heat-group')`)
+		if got := eval[[]string](b, `[...document.querySelectorAll('#heat-groups .heat-group')].map(g => g.dataset.group)`); strings.Join(got, ",") != "Host0" {
+			t.Errorf("heatmap groups for Host0's account: got %v, want [Host0]", got)
+		}
+		b.shot("layout-host-hotpages")
+	}
 	if errs := b.errors(); len(errs) > 0 {
 		t.Errorf("browser errors:\n%s", strings.Join(errs, "\n"))
 	}
