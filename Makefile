@@ -128,7 +128,8 @@ vmtest: image
 # boots; CI runs it inside make vmtest). Installs ovmf if missing.
 vmtest-uefi: image
 	@ls /usr/share/OVMF/OVMF_CODE.fd >/dev/null 2>&1 || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq ovmf
-	CXLPOOL_VMTEST=1 CXLPOOL_VMTEST_UEFI=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 15m -run 'TestUEFI$$' ./image/vmtest/
+	@command -v sbverify >/dev/null || DEBIAN_FRONTEND=noninteractive apt-get install -y -qq sbsigntool
+	CXLPOOL_VMTEST=1 CXLPOOL_VMTEST_UEFI=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 20m -run 'TestUEFI$$|TestSecureBoot$$' ./image/vmtest/
 
 # The Linux host backend (host/linux) for real: one QEMU guest (TCG) with an
 # emulated CXL Type-3 device and Debian's kernel; about 2 minutes. Installs

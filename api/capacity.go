@@ -421,26 +421,12 @@ func sortedHeads(box fabric.Box) []fabric.Head {
 	return hs
 }
 
-func mib(b uint64) uint64 { return b / mebibyte }
-
-func status(state string) redfish.Obj { return redfish.Obj{"State": state, "Health": "OK"} }
-
 // linkState is a host-facing head's Status.State: its link up or not.
 func linkState(h fabric.Head) string {
 	if h.LinkUp {
 		return "Enabled"
 	}
 	return "UnavailableOffline"
-}
-
-// parseID reads a positive decimal resource Id in canonical form (no
-// sign, no leading zeros), so that each resource has exactly one URI.
-func parseID(s string) (int64, bool) {
-	if s == "" || s[0] == '0' || len(s) > 18 {
-		return 0, false
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	return n, err == nil && n > 0
 }
 
 // parseLD reads an LD-ID Id ("0", "7").
@@ -450,16 +436,6 @@ func parseLD(s string) (dcd.HostID, bool) {
 	}
 	n, err := strconv.ParseUint(s, 10, 16)
 	return dcd.HostID(n), err == nil
-}
-
-// refID returns the last segment of uri if uri is collection+"/"+segment
-// (a trailing slash is tolerated, as for request paths).
-func refID(uri, collection string) (string, bool) {
-	rest, ok := strings.CutPrefix(strings.TrimSuffix(uri, "/"), collection+"/")
-	if !ok || rest == "" || strings.Contains(rest, "/") {
-		return "", false
-	}
-	return rest, true
 }
 
 // extentsMiB renders extents as MemoryRegion.MemoryExtents, offsets
@@ -545,4 +521,18 @@ func (v *poolView) fitsOneRegion(rr dcd.ReserveRequest) error {
 	}
 	return redfish.NewError(http.StatusConflict, redfish.Msg{Key: "Base.ResourceExhaustion", Args: []string{MemoryDomainURI}, Resolution: res}).
 		WithCause(dcd.ErrNoCapacity)
+}
+
+// activeGrants are the pool's active grants, for the TelemetryService's
+// links from a hot unit to the memory holding it (nil without a capacity
+// view).
+func (s *Server) activeGrants(ctx context.Context) ([]dcd.Grant, error) {
+	if s.capacity == nil {
+		return nil, nil
+	}
+	v, err := s.capacity.snapshot(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return v.grants, nil
 }

@@ -42,10 +42,6 @@ import (
 // device before it reports the release as still in progress.
 const connectionReleaseGiveUp = 10 * time.Minute
 
-type odataRef struct {
-	ID string `json:"@odata.id" rf:"required"`
-}
-
 type connectionCreate struct {
 	ConnectionType  string `json:"ConnectionType" enum:"Memory"`
 	MemoryChunkInfo []struct {
@@ -127,13 +123,6 @@ func (s *Server) getConnection(c echo.Context) error {
 		return err
 	}
 	return s.WriteResource(c, http.StatusOK, connectionBody(g, ch))
-}
-
-// errMissingAtURI answers a request naming a resource that does not exist
-// or that the caller may not see: 404, like a GET of it would be, so
-// that a host cannot probe other hosts' resources through request bodies.
-func errMissingAtURI(uri, prop string) *redfish.Error {
-	return redfish.NewError(http.StatusNotFound, redfish.M("Base.ResourceMissingAtURI", uri).WithRelated(prop))
 }
 
 // exactlyOne refuses an array property that must hold one element (a

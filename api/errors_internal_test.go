@@ -86,10 +86,13 @@ func TestMessageKeysExist(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The resources' files and the protocol's (redfish/).
+	// The assembly's files, the resource packages' and the protocol's
+	// (redfish/, internal/pool/).
 	files, _ := filepath.Glob("*.go")
-	protocol, _ := filepath.Glob(filepath.Join("redfish", "*.go"))
-	files = append(files, protocol...)
+	for _, dir := range []string{"*", filepath.Join("internal", "*")} {
+		more, _ := filepath.Glob(filepath.Join(dir, "*.go"))
+		files = append(files, more...)
+	}
 	files = slices.DeleteFunc(files, func(f string) bool { return strings.HasSuffix(f, "_test.go") })
 	key := regexp.MustCompile(`"((?:Base|TaskEvent|ResourceEvent)\.[A-Za-z]+)"`)
 	n := 0

@@ -45,20 +45,6 @@ import (
 // (dcd.Config.Guard, rdma.Service.Leaving), and expired exports are revoked by the
 // export service.
 
-// URIs of the RDMA fabric.
-const (
-	RDMAFabricURI      = "/redfish/v1/Fabrics/RDMA"
-	RDMAEndpointsURI   = RDMAFabricURI + "/Endpoints"
-	RDMAConnectionsURI = RDMAFabricURI + "/Connections"
-	// PoolTargetID is the Id of the fabric's one target endpoint, the
-	// box's export server; no remote client may take that name.
-	PoolTargetID  = "Pool"
-	PoolTargetURI = RDMAEndpointsURI + "/" + PoolTargetID
-)
-
-// ExportURI is the Connection of an export.
-func ExportURI(id rdma.ExportID) string { return RDMAConnectionsURI + "/" + string(id) }
-
 // RemoteClientURI is the initiator Endpoint of a remote client.
 func RemoteClientURI(name string) string { return RDMAEndpointsURI + "/" + name }
 

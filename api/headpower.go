@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/board"
 	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/dcd"
@@ -52,6 +53,20 @@ type chassisPatch struct {
 	Status                  any   `json:"Status" rf:"readonly"`
 	SerialNumber            any   `json:"SerialNumber" rf:"readonly"`
 	Model                   any   `json:"Model" rf:"readonly"`
+}
+
+// boardRoutes serves board management (api/board) and, on the Chassis
+// and the Systems, the identify LED and head power, when there is a board
+// and a pool.
+func (s *Server) boardRoutes() {
+	b := s.cfg.Board
+	if b == nil || s.capacity == nil {
+		return
+	}
+	brd := board.New(s.deps, board.Config{Board: b})
+	brd.Routes()
+	s.headPowerRoutes(b)
+	brd.FeedAlarms()
 }
 
 func resetTarget(h dcd.HostID) string { return SystemURI(h) + "/Actions/" + resetAction }
@@ -117,7 +132,7 @@ func (s *Server) chassisBoard(o redfish.Obj) {
 	if b == nil {
 		return
 	}
-	ctx, cancel := boardHTTPContext()
+	ctx, cancel := board.HTTPContext()
 	defer cancel()
 	if on, err := b.Identify(ctx); err == nil {
 		o["LocationIndicatorActive"] = on

@@ -8,11 +8,6 @@ import (
 	"cxlpool/api/redfish"
 )
 
-const (
-	managersURI = "/redfish/v1/Managers"
-	managerURI  = managersURI + "/FM"
-)
-
 func (s *Server) managerRoutes() {
 	s.Handle(http.MethodGet, managersURI, redfish.PrivLogin, func(c echo.Context) error {
 		return s.WriteCollection(c, redfish.Collection{ODataID: managersURI, ODataType: "#ManagerCollection.ManagerCollection",
@@ -65,14 +60,4 @@ func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 	// consistency.go: the CxlPool.CheckConsistency action
 	s.addConsistencyAction(o, p)
 	return o
-}
-
-func serialString(n uint64) string {
-	const hex = "0123456789ABCDEF"
-	b := make([]byte, 16)
-	for i := 15; i >= 0; i-- {
-		b[i] = hex[n&0xf]
-		n >>= 4
-	}
-	return string(b)
 }

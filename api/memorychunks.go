@@ -139,10 +139,6 @@ func (s *Server) deleteChunk(c echo.Context) error {
 	return s.NoContent(c)
 }
 
-func errPropertyValueIncorrect(prop, value string) *redfish.Error {
-	return redfish.NewError(http.StatusBadRequest, redfish.M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
-}
-
 // validName accepts printable names of at most maxNameLength characters.
 func validName(prop, name string) error {
 	if len([]rune(name)) > maxNameLength {

@@ -1,23 +1,3 @@
-// Package api is cxlpool's management API: the pool's Redfish resources,
-// served on the protocol core of package redfish (routes and privileges,
-// errors, decoding, queries, ETags, sessions and accounts, tasks, events,
-// transport limits).
-//
-// Server embeds the redfish.Service and adds the resources, each in its
-// own file, registering its routes with Handle from a function listed in
-// Server.routes:
-//
-//	func (s *Server) chunkRoutes() {
-//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", redfish.PrivLogin, s.getChunk)
-//		s.Handle(http.MethodDelete, MemoryDomainURI+"/MemoryChunks/:id",
-//			redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
-//	}
-//
-// The capacity domain's errors become Redfish errors in FromDomain
-// (domainerrors.go), the Manager's changes become events in poolevents.go,
-// and the pool's hosts become the protocol's hosts with hostRef (uris.go).
-// The TLS listener and its certificates (tls.go, certificates.go) are
-// here too, for now.
 package api
 
 import (
@@ -32,7 +12,11 @@ import (
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/internal/pool"
+	"cxlpool/api/kvstore"
+	"cxlpool/api/manager"
 	"cxlpool/api/redfish"
+	"cxlpool/api/telemetry"
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
@@ -92,12 +76,12 @@ type Config struct {
 	// PushClient delivers events to subscribers (a client with a 10 s
 	// timeout).
 	PushClient *http.Client
-	// KV is the KV-cache store's namespaces (kvnamespaces.go). Nil: not
+	// KV is the KV-cache store's namespaces (kvstore/). Nil: not
 	// served.
 	KV *kv.Service
 	// KVEvents, if set, delivers the KV store's block events
 	// (appliance.SubscribeKVEvents); they go to the EventLog, SSE and
-	// push subscriptions (kvevents.go).
+	// push subscriptions (kvstore/kvevents.go).
 	KVEvents func(buf int) (<-chan kv.Event, func())
 	// Exports serves pool memory to remote racks: the Fabrics/RDMA
 	// resources (exports.go). Nil: no exports and no RDMA fabric.
@@ -108,11 +92,11 @@ type Config struct {
 	// ExportVerbs says the RDMA verbs transport serves the exports too:
 	// the fabric is then RoCEv2 rather than TCP.
 	ExportVerbs bool
-	// Board is board management (board.go): thermal, power, sensors,
+	// Board is board management (api/board, headpower.go): thermal, power, sensors,
 	// the identify LED and head power. Nil: none of them is served.
 	Board Board
 	// Telemetry is the CHMU pipeline behind the TelemetryService
-	// (telemetry.go). Nil: the service shows itself disabled.
+	// (api/telemetry). Nil: the service shows itself disabled.
 	Telemetry Telemetry
 	// Update is the box's A/B image slots (updatepush.go): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
@@ -131,11 +115,11 @@ type Config struct {
 	// the management computer (localcxl.go). Nil: none are shown.
 	LocalCXL func() ([]linuxcxl.MemDev, error)
 	// Network is the box's own network and time settings
-	// (networkprotocol.go), given by the daemon on the image. Nil: the
+	// (api/manager), given by the daemon on the image. Nil: the
 	// host's operating system owns them and PATCH refuses changes.
 	Network NetworkConfig
 	// NetInterfaces lists the management computer's network interfaces
-	// (ethernet.go). Nil: SystemInterfaces.
+	// (api/manager). Nil: SystemInterfaces.
 	NetInterfaces func() ([]NetInterface, error)
 	// StartCheck waits for the daemon's consistency check after its first
 	// reconcile (consistency.go); violations become an event. Nil: none.
@@ -224,12 +208,15 @@ type Server struct {
 	mgr      *dcd.Manager
 	capacity *capacity       // the pool resources' shared state (capacity.go)
 	owners   chunkOwnerTable // who reserved which chunk (chunkowners.go)
-	certs    certState       // the served TLS certificate (certificates.go)
 	bundles  bundleState     // support bundle collection (supportbundle.go)
 	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
 
-	ctx context.Context // the Service's: ends at Close
-	bg  sync.WaitGroup  // the resources' background work
+	ctx  context.Context // the Service's: ends at Close
+	bg   sync.WaitGroup  // the resources' background work
+	deps pool.Deps       // what the resource packages share
+	// mc serves the management computer's network, certificates and TLS
+	// listener (api/manager).
+	mc *manager.Server
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -250,6 +237,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
 		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
+	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
+	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
+		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -294,12 +284,11 @@ func (s *Server) routes() []func() {
 		s.managerPatchRoutes,
 		s.managerResetRoutes,
 		s.consoleRoutes,
-		s.telemetryRoutes,
-		s.networkRoutes,
-		s.certificateRoutes,
+		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants}).Routes,
+		s.mc.Routes, // network, certificates
 		s.supportBundleRoutes,
 		s.consistencyRoutes,
-		s.kvNamespaceRoutes,
+		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
 	}
 }
 

@@ -33,8 +33,8 @@
 // If-Match with IfMatch, return *Error values and Publish events; long
 // operations StartTask and answer Accepted.
 //
-// Not here (yet): the TLS listener and its certificates (api's tls.go and
-// certificates.go, tied to the CertificateService), and the
+// Not here (yet): the TLS listener and its certificates (api/manager's
+// tls.go and certificates.go, tied to the CertificateService), and the
 // AccountService resource (api's accounts.go). The accounts database's
 // migrations still create the pool's chunk_owners table.
 package redfish

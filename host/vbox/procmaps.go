@@ -69,6 +69,10 @@ func peerPID(c *net.UnixConn) (int, error) {
 // those in skip map.
 func otherMappings(id fileID, skip ...int) []fileRange {
 	paths, _ := filepath.Glob("/proc/[0-9]*/maps")
+	// Most processes do not map the file: a search for its inode skips
+	// their maps without parsing them (a busy machine has hundreds of
+	// processes, and a report lists the tags often).
+	ino := []byte(" " + strconv.FormatUint(id.ino, 10))
 	var out []fileRange
 	for _, p := range paths {
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p)))
@@ -76,8 +80,8 @@ func otherMappings(id fileID, skip ...int) []fileRange {
 			continue
 		}
 		b, err := os.ReadFile(p)
-		if err != nil {
-			continue // gone, or not ours to read
+		if err != nil || !bytes.Contains(b, ino) {
+			continue // gone, not ours to read, or not mapping the file
 		}
 		out = append(out, parseMaps(b, id)...)
 	}

@@ -86,6 +86,10 @@ type Config struct {
 	// Kernel is the kernel release to use; empty picks the newest
 	// installed one.
 	Kernel string
+	// SecureBoot is the key loader.efi (the ESP's BOOTX64.EFI) is signed
+	// with; zero means the development key (DevSecureBoot) when Debian's
+	// ovmf package is installed, else unsigned.
+	SecureBoot SecureBootKey
 	// InstallPackages lets the build apt-get install what is missing.
 	InstallPackages bool
 	Modules         []string
@@ -105,6 +109,9 @@ type Result struct {
 	KeySource manifest.KeySource
 	// Paths of the artefacts.
 	Vmlinux, KernelGz, Initramfs, Bundle, Disk, DiskManifest, PublicKey string
+	// SignedKernel is the signed bzImage that goes into the bundle as
+	// update.PartSignedKernel, signed as SignedKernelBy says.
+	SignedKernel, SignedKernelBy string
 	// Sizes in bytes.
 	CPIOSize, InitramfsSize, VmlinuxSize, KernelGzSize, BundleSize, DiskSize int64
 	Modules                                                                  []string
@@ -236,8 +243,12 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 		return nil, err
 	}
 	log.Info("initramfs", "cpio", res.CPIOSize, "zstd", res.InitramfsSize)
+	sb := cfg.SecureBoot
+	if sb.Key == "" {
+		sb, _ = DevSecureBoot()
+	}
 	if res.Loader, err = BuildLoader(ctx, LoaderConfig{Repo: cfg.Repo, Out: cfg.Out, Work: filepath.Join(work, "loader"),
-		Kernel: kver, PublicKey: pubPEM, Version: cfg.Version, Stderr: cfg.Stderr}); err != nil {
+		Kernel: kver, PublicKey: pubPEM, Version: cfg.Version, SecureBoot: sb, Stderr: cfg.Stderr}); err != nil {
 		return nil, err
 	}
 	log.Info("loader", "initramfs", res.Loader.InitramfsSize)
@@ -255,7 +266,20 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	// Manifest and bundle.
 	m := &manifest.Manifest{Product: "cxlpool", Version: cfg.Version, SecurityVersion: cfg.SecurityVersion,
 		Created: time.Now().UTC().Truncate(time.Second), Kernel: kver, Go: runtime.Version(), URoot: URootVersion}
-	files := []manifest.BundlePart{{Name: update.PartKernel, Path: res.KernelGz}, {Name: update.PartInitramfs, Path: res.Initramfs}}
+	// The same kernel as a signed PE bzImage, for kexec_file_load where
+	// the loader's kernel is locked down (Secure Boot): signed with the
+	// UKI's key (SignKernel says why); without one, as Debian signed it
+	// (trusted where the board boots through shim with Debian's vendor
+	// certificate).
+	res.SignedKernel, res.SignedKernelBy = filepath.Join("/boot", "vmlinuz-"+kver), "Debian's signature (trusted through shim)"
+	if sb.Key != "" {
+		res.SignedKernel, res.SignedKernelBy = filepath.Join(work, update.PartSignedKernel), sb.Cert
+		if err := SignKernel(ctx, cfg, filepath.Join(work, "sign"), sb, filepath.Join("/boot", "vmlinuz-"+kver), res.SignedKernel); err != nil {
+			return nil, err
+		}
+	}
+	files := []manifest.BundlePart{{Name: update.PartKernel, Path: res.KernelGz}, {Name: update.PartInitramfs, Path: res.Initramfs},
+		{Name: update.PartSignedKernel, Path: res.SignedKernel}}
 	for _, f := range files {
 		p, err := manifest.HashFile(f.Name, f.Path)
 		if err != nil {
@@ -346,13 +370,16 @@ func run(ctx context.Context, cfg Config, dir string, env []string, name string,
 func ensureTools(ctx context.Context, cfg Config) error {
 	var missing []string
 	for tool, pkg := range map[string]string{"xz": "xz-utils", "zstd": "zstd", "mke2fs": "e2fsprogs", "gcc": "gcc", "pkg-config": "pkg-config",
-		"objcopy": "binutils", "mkfs.vfat": "dosfstools", "mcopy": "mtools"} {
+		"objcopy": "binutils", "mkfs.vfat": "dosfstools", "mcopy": "mtools", "sbsign": "sbsigntool", "openssl": "openssl"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			missing = append(missing, pkg)
 		}
 	}
 	if _, err := os.Stat(EFIStub); err != nil {
 		missing = append(missing, "systemd-boot-efi")
+	}
+	if _, ok := DevSecureBoot(); !ok && cfg.SecureBoot.Key == "" {
+		missing = append(missing, "ovmf") // the development Secure Boot key
 	}
 	if exec.CommandContext(ctx, "pkg-config", "--exists", "libusb-1.0").Run() != nil {
 		missing = append(missing, "libusb-1.0-0-dev")
@@ -788,13 +815,21 @@ func Report(w io.Writer, r *Result) {
 	fmt.Fprintf(w, "  signed by %s (key id %s); public key %s\n", src, r.Manifest.KeyID, r.PublicKey)
 	fmt.Fprintf(w, "  initramfs  %s (cpio %s, zstd %s: %s the 16 MiB goal), %d modules\n", r.Initramfs, mb(r.CPIOSize), mb(r.InitramfsSize), verdict, len(r.Modules))
 	fmt.Fprintf(w, "  kernel     %s (%s; gzip %s in the bundle)\n", r.Vmlinux, mb(r.VmlinuxSize), mb(r.KernelGzSize))
+	fmt.Fprintf(w, "  signed     %s in the bundle as %s (for kexec_file_load under Secure Boot), signed with %s\n", r.SignedKernel, update.PartSignedKernel, r.SignedKernelBy)
 	fmt.Fprintf(w, "  bundle     %s (%s): the update image\n", r.Bundle, mb(r.BundleSize))
 	fmt.Fprintf(w, "  disk       %s (%s, sparse): slot A installed; signed manifest %s\n", r.Disk, mb(r.DiskSize), r.DiskManifest)
 	if l := r.Loader; l != nil {
 		fmt.Fprintf(w, "  loader     %s (cpio %s, gzip %s), %d modules; kernel %s (%s; the VM test boots it as vmlinux)\n",
 			l.Initramfs, mb(l.CPIOSize), mb(l.InitramfsSize), len(l.Modules), l.Kernel, mb(l.KernelSize))
 		if l.EFI != "" {
-			fmt.Fprintf(w, "  loader.efi %s (%s): the same as a unified kernel image, \\%s on the disk's EFI system partition\n", l.EFI, mb(l.EFISize), strings.ReplaceAll(ESPBootPath, "/", "\\"))
+			signed := "UNSIGNED: UEFI firmware with Secure Boot on refuses it"
+			if l.EFISignedBy != "" {
+				signed = "signed for Secure Boot with " + l.EFISignedBy
+				if l.EFISignedBy == DevSecureBootCert {
+					signed += " (the development key: OVMF's snakeoil test key; sign with your own: -sb-key/-sb-cert)"
+				}
+			}
+			fmt.Fprintf(w, "  loader.efi %s (%s): the same as a unified kernel image, \\%s on the disk's EFI system partition, %s\n", l.EFI, mb(l.EFISize), strings.ReplaceAll(ESPBootPath, "/", "\\"), signed)
 		}
 	}
 }

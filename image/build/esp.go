@@ -27,6 +27,83 @@ const (
 	LoaderCmdline = "console=tty0 console=ttyS0,115200 panic=-1"
 )
 
+// The development Secure Boot key: Debian's OVMF "snakeoil" test key
+// (package ovmf), enrolled as PK, KEK and db in OVMF_VARS_4M.snakeoil.fd.
+// It is public (its passphrase is in the package's README), so it proves
+// the Secure Boot path under OVMF and secures nothing: a vendor signs with
+// its own db key (-sb-key/-sb-cert, IMAGE_SB_KEY/IMAGE_SB_CERT).
+const (
+	DevSecureBootKey        = "/usr/share/ovmf/PkKek-1-snakeoil.key"
+	DevSecureBootCert       = "/usr/share/ovmf/PkKek-1-snakeoil.pem"
+	devSecureBootPassphrase = "snakeoil"
+)
+
+// SecureBootKey is the key the UKI is signed with for UEFI Secure Boot.
+type SecureBootKey struct {
+	// Key and Cert are PEM files (the key unencrypted, or the development
+	// key's with Passphrase).
+	Key, Cert  string
+	Passphrase string
+	// Dev marks the development key.
+	Dev bool
+}
+
+// DevSecureBoot returns the development key when Debian's ovmf package
+// is installed.
+func DevSecureBoot() (SecureBootKey, bool) {
+	for _, f := range []string{DevSecureBootKey, DevSecureBootCert} {
+		if _, err := os.Stat(f); err != nil {
+			return SecureBootKey{}, false
+		}
+	}
+	return SecureBootKey{Key: DevSecureBootKey, Cert: DevSecureBootCert, Passphrase: devSecureBootPassphrase, Dev: true}, true
+}
+
+// SignEFI signs the PE file in with k (sbsign from sbsigntool) into out.
+// An encrypted key is decrypted into work first (sbsign would ask for
+// the passphrase on a terminal).
+func SignEFI(ctx context.Context, cfg Config, work string, k SecureBootKey, in, out string) error {
+	key := k.Key
+	if k.Passphrase != "" {
+		if err := os.MkdirAll(work, 0o700); err != nil {
+			return fmt.Errorf("build: sign: %w", err)
+		}
+		key = filepath.Join(work, "secureboot.key")
+		if err := run(ctx, cfg, "", nil, "openssl", "pkey", "-in", k.Key, "-passin", "pass:"+k.Passphrase, "-out", key); err != nil {
+			return fmt.Errorf("build: sign: decrypt %s: %w", k.Key, err)
+		}
+		defer os.Remove(key)
+	}
+	_ = os.Remove(out)
+	return run(ctx, cfg, "", nil, "sbsign", "--key", key, "--cert", k.Cert, "--output", out, in)
+}
+
+// SignKernel writes out, the PE bzImage in with its signatures replaced
+// by one of k's. The loader's kernel checks a kexec_file_load kernel
+// against its built-in keys, the firmware's db and MOK; Debian's kernel
+// builds in only its ephemeral module key, and Debian's own signature is
+// trusted there only through shim's vendor certificate. So the slot's
+// kernel is signed with the key that signs the UKI, which the boards
+// that boot the UKI trust in db. One signature, not two: the kernel's
+// PE parser takes the certificate table's only entry.
+func SignKernel(ctx context.Context, cfg Config, work string, k SecureBootKey, in, out string) error {
+	if err := os.MkdirAll(work, 0o700); err != nil {
+		return fmt.Errorf("build: sign kernel: %w", err)
+	}
+	b, err := os.ReadFile(in)
+	if err != nil {
+		return fmt.Errorf("build: sign kernel: %w", err)
+	}
+	bare := filepath.Join(work, "vmlinuz-unsigned.efi")
+	if err := os.WriteFile(bare, b, 0o644); err != nil {
+		return fmt.Errorf("build: sign kernel: %w", err)
+	}
+	// sbattach --remove refuses an image without a signature: a kernel
+	// that came unsigned is signed as it is.
+	_ = run(ctx, cfg, "", nil, "sbattach", "--remove", bare)
+	return SignEFI(ctx, cfg, work, k, bare, out)
+}
+
 // Section addresses of the UKI (systemd 252's stub: its own sections
 // end below 0x20000; the kernel goes at 32 MiB and the initramfs at 48
 // MiB, so a kernel up to 16 MiB fits; ukify computes these in later

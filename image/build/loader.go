@@ -45,9 +45,12 @@ type LoaderConfig struct {
 	// PublicKey is the PEM key the loader trusts for slots.
 	PublicKey []byte
 	Version   string
-	Groups    [][]string // default LoaderModuleGroups
-	Commands  []string   // default LoaderCommands
-	Stderr    io.Writer
+	// SecureBoot signs loader.efi for UEFI Secure Boot; a zero key
+	// leaves it unsigned (firmware with Secure Boot on refuses it).
+	SecureBoot SecureBootKey
+	Groups     [][]string // default LoaderModuleGroups
+	Commands   []string   // default LoaderCommands
+	Stderr     io.Writer
 }
 
 // LoaderResult says what BuildLoader wrote.
@@ -64,6 +67,9 @@ type LoaderResult struct {
 	// outside Build, which installs it).
 	EFI     string
 	EFISize int64
+	// EFISignedBy is the certificate file loader.efi is signed with
+	// ("" when unsigned).
+	EFISignedBy string
 }
 
 // Names of the loader's artefacts in the output directory.
@@ -159,8 +165,18 @@ func BuildLoader(ctx context.Context, c LoaderConfig) (*LoaderResult, error) {
 	res.KernelSize = int64(len(kb))
 	if _, err := os.Stat(EFIStub); err == nil {
 		efi := filepath.Join(c.Out, LoaderEFI)
-		if err := BuildUKI(ctx, cfg, filepath.Join(c.Work, "uki"), res.Kernel, res.Initramfs, LoaderCmdline, c.Version, efi); err != nil {
+		uki := efi
+		if c.SecureBoot.Key != "" {
+			uki = filepath.Join(c.Work, "loader-unsigned.efi")
+		}
+		if err := BuildUKI(ctx, cfg, filepath.Join(c.Work, "uki"), res.Kernel, res.Initramfs, LoaderCmdline, c.Version, uki); err != nil {
 			return nil, err
+		}
+		if c.SecureBoot.Key != "" {
+			if err := SignEFI(ctx, cfg, c.Work, c.SecureBoot, uki, efi); err != nil {
+				return nil, err
+			}
+			res.EFISignedBy = c.SecureBoot.Cert
 		}
 		fi, err := os.Stat(efi)
 		if err != nil {

@@ -12,7 +12,8 @@
 // prints it and keeps a shell on the console instead of rebooting in a
 // loop.
 //
-// The kernel interfaces (finit_module, kexec_load, reboot) sit behind
+// The kernel interfaces (finit_module, kexec_load, kexec_file_load,
+// lockdown, reboot) sit behind
 // System so the decisions here are tested without a kernel.
 package loader
 
@@ -51,8 +52,17 @@ type System interface {
 	// LoadModule loads a kernel module file; already loaded is not an error.
 	LoadModule(path string) error
 	// KexecLoad stages the next kernel (an ELF vmlinux), its initramfs
-	// and command line.
+	// and command line with kexec_load(2).
 	KexecLoad(kernel, initramfs, cmdline string) error
+	// KexecFileLoad stages a signed PE kernel (bzImage) with
+	// kexec_file_load(2): the running kernel checks the signature against
+	// its keyrings, which is what lockdown permits.
+	KexecFileLoad(kernel, initramfs, cmdline string) error
+	// Lockdown is the running kernel's lockdown mode ("none",
+	// "integrity", "confidentiality"; "" when it does not say). Debian's
+	// kernel locks itself down when UEFI Secure Boot is on, and then
+	// refuses kexec_load(2).
+	Lockdown() string
 	// KexecReboot jumps into the staged kernel; it returns only on failure.
 	KexecReboot() error
 }
@@ -257,21 +267,44 @@ func (l *Loader) Run(ctx context.Context) error {
 		l.Printf("slot %s verified and extracted in %v: version %s (security version %d%s)", b.Slot,
 			time.Since(t).Round(time.Millisecond), b.Manifest.Version, b.Manifest.SecurityVersion, trial)
 		t = time.Now()
-		if err := l.cfg.System.KexecLoad(b.Kernel, b.Initramfs, cmdline); err != nil {
+		how, err := l.stage(b, cmdline)
+		if err != nil {
 			l.Printf("kexec load of slot %s: %v", b.Slot, err)
 			if b.Trial {
 				continue
 			}
 			return fmt.Errorf("loader: slot %s: %w", b.Slot, err)
 		}
-		l.Printf("kexec into slot %s at %.2fs (loaded in %v): %s", b.Slot, l.cfg.Uptime().Seconds(),
-			time.Since(t).Round(time.Millisecond), cmdline)
+		l.Printf("kexec into slot %s at %.2fs (loaded in %v, %s): %s", b.Slot, l.cfg.Uptime().Seconds(),
+			time.Since(t).Round(time.Millisecond), how, cmdline)
 		if err := l.cfg.System.KexecReboot(); err != nil {
 			return fmt.Errorf("loader: kexec: %w", err)
 		}
 		return nil
 	}
 	return fmt.Errorf("loader: %w: the kernels did not load", update.ErrNoBootable)
+}
+
+// stage loads b's kernel for the jump and says how. Where the kernel is
+// not locked down it is kexec_load(2) of the uncompressed ELF, as always
+// (nothing to decompress at boot). Under lockdown (UEFI Secure Boot) that
+// is refused, and the slot's signed bzImage goes through
+// kexec_file_load(2) instead: the loader's kernel checks its signature
+// against its built-in keys (Debian's), the firmware's db and MOK. A slot
+// without a signed kernel, or one whose signature the kernel rejects,
+// does not load: on a trial that is the trial failing (Run falls back).
+func (l *Loader) stage(b update.Boot, cmdline string) (string, error) {
+	mode := l.cfg.System.Lockdown()
+	if mode == "" || mode == "none" {
+		return "kexec_load", l.cfg.System.KexecLoad(b.Kernel, b.Initramfs, cmdline)
+	}
+	if b.SignedKernel == "" {
+		return "", fmt.Errorf("the kernel is locked down (%s, as under Secure Boot), which refuses kexec_load, and the bundle has no signed kernel (%s) for kexec_file_load", mode, update.PartSignedKernel)
+	}
+	if err := l.cfg.System.KexecFileLoad(b.SignedKernel, b.Initramfs, cmdline); err != nil {
+		return "", fmt.Errorf("the kernel is locked down (%s) and refused the signed kernel: %w", mode, err)
+	}
+	return "kexec_file_load of the signed kernel, lockdown " + mode, nil
 }
 
 // selectBoot runs the shared slot choice on the disk and prints its notes.
@@ -457,4 +490,16 @@ func IsBoxDisk(path string) error {
 		}
 	}
 	return nil
+}
+
+// ParseLockdown returns the selected mode of the kernel's lockdown file,
+// "none [integrity] confidentiality" → "integrity"; "" when none is
+// marked.
+func ParseLockdown(s string) string {
+	for _, w := range strings.Fields(s) {
+		if len(w) > 2 && w[0] == '[' && w[len(w)-1] == ']' {
+			return w[1 : len(w)-1]
+		}
+	}
+	return ""
 }

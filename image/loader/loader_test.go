@@ -126,12 +126,13 @@ func TestBootParams(t *testing.T) {
 // fakeSystem records what the loader asks of the kernel. Loading the
 // module named appear makes the disk show up (as a driver would).
 type fakeSystem struct {
-	loaded  []string
-	appear  string
-	onLoad  func()
-	kexec   []string // kernel, initramfs, cmdline of the last KexecLoad
-	failFor string   // KexecLoad fails for kernels whose content has this
-	reboots int
+	loaded   []string
+	appear   string
+	onLoad   func()
+	kexec    []string // kernel, initramfs, cmdline of the last KexecLoad or KexecFileLoad
+	failFor  string   // loading fails for kernels whose content has this
+	lockdown string   // what Lockdown says
+	reboots  int
 }
 
 func (f *fakeSystem) LoadModule(path string) error {
@@ -154,6 +155,22 @@ func (f *fakeSystem) KexecLoad(kernel, initramfs, cmdline string) error {
 	return nil
 }
 
+// KexecFileLoad refuses kernels with failFor as the kernel refuses a bad
+// signature.
+func (f *fakeSystem) KexecFileLoad(kernel, initramfs, cmdline string) error {
+	b, err := os.ReadFile(kernel)
+	if err != nil {
+		return err
+	}
+	if f.failFor != "" && bytes.Contains(b, []byte(f.failFor)) {
+		return errors.New("kexec_file_load: key was rejected by service")
+	}
+	f.kexec = []string{string(b), readString(initramfs), cmdline}
+	return nil
+}
+
+func (f *fakeSystem) Lockdown() string { return f.lockdown }
+
 func (f *fakeSystem) KexecReboot() error { f.reboots++; return nil }
 
 func readString(p string) string {
@@ -163,8 +180,16 @@ func readString(p string) string {
 
 var testKey = ed25519.NewKeyFromSeed(bytes.Repeat([]byte{5}, ed25519.SeedSize))
 
-// bundle is a signed bundle whose kernel (gzipped) reads "kernel VERSION".
+// bundle is a signed bundle whose kernel (gzipped) reads "kernel VERSION"
+// and whose signed PE kernel reads "signed kernel VERSION".
 func bundle(t *testing.T, version string, sv uint64) []byte {
+	t.Helper()
+	return bundleOf(t, version, sv, true)
+}
+
+// bundleOf is bundle, without the signed kernel when signed is false (a
+// bundle built before the Secure Boot path).
+func bundleOf(t *testing.T, version string, sv uint64, signed bool) []byte {
 	t.Helper()
 	dir := t.TempDir()
 	var kz bytes.Buffer
@@ -174,6 +199,10 @@ func bundle(t *testing.T, version string, sv uint64) []byte {
 	files := []manifest.BundlePart{{Name: update.PartKernel, Path: filepath.Join(dir, "k")}, {Name: update.PartInitramfs, Path: filepath.Join(dir, "i")}}
 	os.WriteFile(files[0].Path, kz.Bytes(), 0o644)
 	os.WriteFile(files[1].Path, []byte("initramfs "+version), 0o644)
+	if signed {
+		files = append(files, manifest.BundlePart{Name: update.PartSignedKernel, Path: filepath.Join(dir, "s")})
+		os.WriteFile(files[2].Path, []byte("signed kernel "+version), 0o644)
+	}
 	m := &manifest.Manifest{Product: "cxlpool", Version: version, SecurityVersion: sv, Created: time.Unix(1700000000, 0)}
 	for _, f := range files {
 		p, err := manifest.HashFile(f.Name, f.Path)
@@ -199,6 +228,7 @@ type box struct {
 	t                   *testing.T
 	sys, dev, keys, mod string
 	image               string // the disk's content, kept outside dev until "plugged"
+	unsigned            bool   // apply writes bundles without a signed kernel
 }
 
 func newBox(t *testing.T) *box {
@@ -291,7 +321,7 @@ func (b *box) apply(version string, sv uint64) (int64, update.State) {
 		b.t.Fatal(err)
 	}
 	defer d.Close()
-	if _, err := d.Apply(context.Background(), bytes.NewReader(bundle(b.t, version, sv)), b.trusted(), update.ApplyOptions{}); err != nil {
+	if _, err := d.Apply(context.Background(), bytes.NewReader(bundleOf(b.t, version, sv, !b.unsigned)), b.trusted(), update.ApplyOptions{}); err != nil {
 		b.t.Fatal(err)
 	}
 	st, _ := d.State()
@@ -313,6 +343,20 @@ func (b *box) flip(off int64) {
 	f.ReadAt(c, off)
 	c[0] ^= 0xff
 	f.WriteAt(c, off)
+}
+
+func TestParseLockdown(t *testing.T) {
+	for _, tc := range []struct{ in, want string }{
+		{"[none] integrity confidentiality\n", "none"},
+		{"none [integrity] confidentiality\n", "integrity"},
+		{"none integrity [confidentiality]", "confidentiality"},
+		{"", ""},
+		{"none integrity", ""},
+	} {
+		if got := ParseLockdown(tc.in); got != tc.want {
+			t.Errorf("ParseLockdown(%q) = %q, want %q", tc.in, got, tc.want)
+		}
+	}
 }
 
 func TestFindDiskLoadsDriversUntilTheDiskAppears(t *testing.T) {
@@ -422,6 +466,54 @@ func TestRun(t *testing.T) {
 				return check(st.Active == update.SlotA && st.Trial == "" && st.B.State == update.StateBad, "a active, no trial, b bad")
 			},
 			wantOut: "trial of slot b was not committed",
+		},
+		{
+			name: "locked down: the signed kernel through kexec_file_load",
+			prepare: func(b *box, sys *fakeSystem) {
+				sys.lockdown = "integrity"
+			},
+			wantBoot: []string{"signed kernel 1.0", "initramfs 1.0", "console=ttyS0 panic=-1 cxlpool.slot=a cxlpool.disk=DEV"},
+			wantState: func(st update.State) string {
+				return check(st.Active == update.SlotA && st.Trial == "", "a active, no trial")
+			},
+			wantOut: "kexec_file_load of the signed kernel, lockdown integrity",
+		},
+		{
+			name: "locked down: a trial kernel whose signature is refused falls back to a",
+			prepare: func(b *box, sys *fakeSystem) {
+				sys.lockdown = "integrity"
+				b.apply("2.0", 2)
+				sys.failFor = "signed kernel 2.0"
+			},
+			wantBoot: []string{"signed kernel 1.0", "initramfs 1.0", "console=ttyS0 panic=-1 cxlpool.slot=a cxlpool.disk=DEV"},
+			wantState: func(st update.State) string {
+				return check(st.Active == update.SlotA && st.Trial == "" && st.B.State == update.StateBad, "a active, no trial, b bad")
+			},
+			wantOut: "refused the signed kernel",
+		},
+		{
+			name: "locked down: a trial bundle without a signed kernel falls back to a",
+			prepare: func(b *box, sys *fakeSystem) {
+				sys.lockdown = "confidentiality"
+				b.unsigned = true
+				b.apply("2.0", 2)
+			},
+			wantBoot: []string{"signed kernel 1.0", "initramfs 1.0", "console=ttyS0 panic=-1 cxlpool.slot=a cxlpool.disk=DEV"},
+			wantState: func(st update.State) string {
+				return check(st.Active == update.SlotA && st.Trial == "" && st.B.State == update.StateBad, "a active, no trial, b bad")
+			},
+			wantOut: "the bundle has no signed kernel (vmlinuz.efi)",
+		},
+		{
+			name: "lockdown none: kexec_load of the ELF as before",
+			prepare: func(b *box, sys *fakeSystem) {
+				sys.lockdown = "none"
+			},
+			wantBoot: []string{"kernel 1.0", "initramfs 1.0", "console=ttyS0 panic=-1 cxlpool.slot=a cxlpool.disk=DEV"},
+			wantState: func(st update.State) string {
+				return check(st.Active == update.SlotA, "a active")
+			},
+			wantOut: "(loaded in",
 		},
 		{
 			name: "nothing bootable",

@@ -22,9 +22,8 @@ import (
 // instead of a bzImage: nothing is decompressed at kexec time (under
 // emulation the bzImage's own xz decompressor is what makes it boot three
 // times slower than the ELF), and the bundle format stays as it is.
-// kexec_file_load(2) would need the signed bzImage instead; it matters
-// only where kernel lockdown forbids kexec_load (UEFI Secure Boot), see
-// image/README.md.
+// Where kernel lockdown forbids kexec_load (UEFI Secure Boot),
+// KexecFileLoad takes the slot's signed bzImage instead.
 type Linux struct {
 	// Console, when set, is drained before the jump: the serial driver's
 	// buffer does not survive the kexec, and the last lines would be lost.
@@ -200,6 +199,44 @@ func kexecLoad(entry uintptr, segs kexec.Segments) error {
 		return fmt.Errorf("kexec_load(entry %#x, %d segments): %w", entry, len(ks), errno)
 	}
 	return nil
+}
+
+// KexecFileLoad stages a signed bzImage with kexec_file_load(2).
+func (Linux) KexecFileLoad(kernel, initramfs, cmdline string) error {
+	k, err := os.Open(kernel)
+	if err != nil {
+		return fmt.Errorf("kexec_file_load: %w", err)
+	}
+	defer k.Close()
+	rd, err := os.Open(initramfs)
+	if err != nil {
+		return fmt.Errorf("kexec_file_load: %w", err)
+	}
+	defer rd.Close()
+	if err := kexec.FileLoad(k, rd, cmdline); err != nil {
+		if errors.Is(err, unix.EKEYREJECTED) || errors.Is(err, unix.EBADMSG) || errors.Is(err, unix.ENODATA) || errors.Is(err, unix.ENOKEY) {
+			return fmt.Errorf("kexec_file_load: the kernel's signature is missing or not trusted (built-in keys, firmware db, MOK): %w", err)
+		}
+		return fmt.Errorf("kexec_file_load: %w", err)
+	}
+	return nil
+}
+
+// lockdownPath is where the kernel says its lockdown mode, on securityfs.
+const lockdownPath = "/sys/kernel/security/lockdown"
+
+// Lockdown reads the kernel's lockdown mode, mounting securityfs first
+// where the initramfs has not (u-root's init mounts only /sys).
+func (Linux) Lockdown() string {
+	b, err := os.ReadFile(lockdownPath)
+	if errors.Is(err, os.ErrNotExist) {
+		_ = unix.Mount("securityfs", "/sys/kernel/security", "securityfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+		b, err = os.ReadFile(lockdownPath)
+	}
+	if err != nil {
+		return ""
+	}
+	return ParseLockdown(string(b))
 }
 
 // KexecReboot syncs and jumps into the staged kernel.

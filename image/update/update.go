@@ -20,6 +20,12 @@ import (
 const (
 	PartKernel    = "vmlinux.gz"        // the uncompressed kernel ELF (PVH bootable), gzipped
 	PartInitramfs = "initramfs.cpio.gz" // the u-root initramfs (zstd-compressed by builds since 2026-12-02: the kernel reads either; the name stays for older loaders and slots)
+	// PartSignedKernel is the same kernel as the PE bzImage its
+	// distribution signed (Debian's Secure Boot signature, or a vendor's):
+	// what kexec_file_load(2) takes where kernel lockdown (UEFI Secure
+	// Boot) refuses kexec_load(2) of the ELF. Bundles before 2026-12-02
+	// lack it; loaders before then ignore it.
+	PartSignedKernel = "vmlinuz.efi"
 )
 
 // Errors beyond those of image/manifest (which Apply passes through:
@@ -382,6 +388,9 @@ type Boot struct {
 	// Kernel and Initramfs are the extracted files (in the directory
 	// given to SelectBoot).
 	Kernel, Initramfs string
+	// SignedKernel is the extracted PartSignedKernel, empty when the
+	// bundle has none.
+	SignedKernel string
 	// Notes say what happened on the way (a failed trial, a bad slot).
 	Notes []string
 }
@@ -460,6 +469,9 @@ func (d *Disk) extract(slot string, info SlotInfo, keys manifest.Keys, dir strin
 			return writeFile(b.Kernel, zr)
 		case PartInitramfs:
 			return writeFile(b.Initramfs, r)
+		case PartSignedKernel:
+			b.SignedKernel = filepath.Join(dir, PartSignedKernel)
+			return writeFile(b.SignedKernel, r)
 		}
 		return nil
 	})

@@ -32,6 +32,13 @@ func trusted() manifest.Keys {
 // bundle returns a signed bundle whose kernel says version.
 func bundle(t *testing.T, version string, sv uint64, priv ed25519.PrivateKey, kernelSize int) []byte {
 	t.Helper()
+	return bundleWith(t, version, sv, priv, kernelSize, nil)
+}
+
+// bundleWith is bundle with a PartSignedKernel of the given bytes, when
+// not nil.
+func bundleWith(t *testing.T, version string, sv uint64, priv ed25519.PrivateKey, kernelSize int, signed []byte) []byte {
+	t.Helper()
 	dir := t.TempDir()
 	var kz bytes.Buffer
 	zw := gzip.NewWriter(&kz)
@@ -43,6 +50,10 @@ func bundle(t *testing.T, version string, sv uint64, priv ed25519.PrivateKey, ke
 	files := []manifest.BundlePart{{Name: PartKernel, Path: filepath.Join(dir, "k")}, {Name: PartInitramfs, Path: filepath.Join(dir, "i")}}
 	os.WriteFile(files[0].Path, kz.Bytes(), 0o644)
 	os.WriteFile(files[1].Path, []byte("initramfs "+version), 0o644)
+	if signed != nil {
+		files = append(files, manifest.BundlePart{Name: PartSignedKernel, Path: filepath.Join(dir, "s")})
+		os.WriteFile(files[2].Path, signed, 0o644)
+	}
 	m := &manifest.Manifest{Product: "cxlpool", Version: version, SecurityVersion: sv, Created: time.Unix(1700000000, 0)}
 	for _, f := range files {
 		p, err := manifest.HashFile(f.Name, f.Path)
@@ -197,6 +208,31 @@ func TestUpdateCommit(t *testing.T) {
 	// Rollback protection: v1 (security version 1) is now refused.
 	if _, err := d.Apply(context.Background(), bytes.NewReader(bundle(t, "1.0", 1, testKey, 10)), trusted(), ApplyOptions{Running: SlotB}); !errors.Is(err, manifest.ErrRollback) {
 		t.Fatalf("old image: got %v, want ErrRollback", err)
+	}
+}
+
+// TestSignedKernelExtracted: a bundle's signed PE kernel (what the loader
+// hands kexec_file_load under Secure Boot) is extracted beside the ELF;
+// a bundle without one (older builds) leaves SignedKernel empty.
+func TestSignedKernelExtracted(t *testing.T) {
+	d := open(t, newDisk(t))
+	if b := boot(t, d); b.SignedKernel != "" {
+		t.Errorf("bundle without %s: SignedKernel %q, want empty", PartSignedKernel, b.SignedKernel)
+	}
+	want := []byte("MZ signed kernel 2.0")
+	if _, err := d.Install(context.Background(), SlotA, bytes.NewReader(bundleWith(t, "2.0", 2, testKey, 1000, want)), trusted()); err != nil {
+		t.Fatal(err)
+	}
+	b := boot(t, d)
+	if b.SignedKernel == "" {
+		t.Fatalf("bundle with %s: SignedKernel empty", PartSignedKernel)
+	}
+	got, err := os.ReadFile(b.SignedKernel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("signed kernel: got %q, want %q", got, want)
 	}
 }
 

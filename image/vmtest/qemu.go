@@ -25,6 +25,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -56,6 +57,10 @@ type Options struct {
 	// its code read-only, a writable copy of its variable store) from
 	// the disk's EFI system partition instead of Kernel/Initrd/Append.
 	UEFICode, UEFIVars string
+	// SecureBoot runs the firmware as Secure Boot firmware needs: SMM on
+	// and the variable store writable only from SMM (OVMF's secboot
+	// builds require both).
+	SecureBoot bool
 }
 
 // VM is a running QEMU.
@@ -94,6 +99,10 @@ func Args(opt Options) []string {
 		"-device", "cxl-rp,port=0,bus=cxl.1,id=root_port13,chassis=0,slot=2",
 		"-device", "cxl-rp,port=1,bus=cxl.1,id=root_port14,chassis=0,slot=3",
 		"-device", "cxl-type3,bus=root_port13,memdev=cxl-mem0,lsa=cxl-lsa0,id=cxl-pmem0,sn=0x1000",
+	}
+	if opt.SecureBoot {
+		args[1] = strings.Replace(args[1], "q35,", "q35,smm=on,", 1)
+		args = append(args, "-global", "driver=cfi.pflash01,property=secure,value=on")
 	}
 	if opt.UEFICode != "" {
 		args = append(args, "-drive", "if=pflash,format=raw,unit=0,readonly=on,file="+opt.UEFICode,

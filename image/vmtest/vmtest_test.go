@@ -246,22 +246,38 @@ func (c *client) must(method, path string, body any, want ...int) (map[string]an
 func (e *env) waitAPI(vm *VM) time.Duration {
 	e.t.Helper()
 	c := e.client("")
-	c.http.Timeout = time.Second // an attempt held by QEMU ends before QEMU retries it
 	ctx, cancel := context.WithCancel(e.ctx)
 	defer cancel()
 	up := make(chan time.Duration, 1)
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	deadline := time.After(3 * time.Minute)
+	// At most a few probes at once: on a loaded machine the guest's TLS
+	// handshakes take seconds, and a probe every 50 ms would keep it
+	// busy answering probes. An attempt ends after a second (one QEMU
+	// holds before the guest listens must end before QEMU retries it);
+	// a guest still not answering after a minute is slow, and gets ten.
+	inflight := make(chan struct{}, 4)
 	for {
-		go func() {
-			if st, _, _, err := c.doContext(ctx, http.MethodGet, serviceRoot, nil); err == nil && st == http.StatusOK {
-				select {
-				case up <- time.Since(vm.Started):
-				default:
-				}
+		select {
+		case inflight <- struct{}{}:
+			timeout := time.Second
+			if time.Since(vm.Started) > time.Minute {
+				timeout = 10 * time.Second
 			}
-		}()
+			go func() {
+				defer func() { <-inflight }()
+				actx, acancel := context.WithTimeout(ctx, timeout)
+				defer acancel()
+				if st, _, _, err := c.doContext(actx, http.MethodGet, serviceRoot, nil); err == nil && st == http.StatusOK {
+					select {
+					case up <- time.Since(vm.Started):
+					default:
+					}
+				}
+			}()
+		default:
+		}
 		select {
 		case d := <-up:
 			return d
@@ -431,15 +447,16 @@ func (e *env) resign(t *testing.T, version string, sv uint64) []byte {
 	return e.sign(t, version, sv, filepath.Join(e.img, update.PartInitramfs))
 }
 
-// sign makes a bundle of the built kernel and the given initramfs.
-func (e *env) sign(t *testing.T, version string, sv uint64, initramfs string) []byte {
+// sign makes a bundle of the built kernel and the given initramfs, and
+// any extra parts.
+func (e *env) sign(t *testing.T, version string, sv uint64, initramfs string, extra ...manifest.BundlePart) []byte {
 	t.Helper()
 	priv, _, err := manifest.LoadOrCreateSigningKey(os.Getenv("IMAGE_SIGNING_KEY"), filepath.Join(repoRoot(t), "image", ".keys", "dev-signing.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := []manifest.BundlePart{{Name: update.PartKernel, Path: filepath.Join(e.img, update.PartKernel)},
-		{Name: update.PartInitramfs, Path: initramfs}}
+	files := append([]manifest.BundlePart{{Name: update.PartKernel, Path: filepath.Join(e.img, update.PartKernel)},
+		{Name: update.PartInitramfs, Path: initramfs}}, extra...)
 	m := &manifest.Manifest{Product: "cxlpool", Version: version, SecurityVersion: sv, Created: time.Now().UTC().Truncate(time.Second)}
 	for _, f := range files {
 		p, err := manifest.HashFile(f.Name, f.Path)

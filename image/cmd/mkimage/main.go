@@ -41,6 +41,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	kernel := fs.String("kernel", "", "kernel release (default: newest installed)")
 	install := fs.Bool("install", true, "apt-get install missing packages (linux-image-amd64, xz-utils, e2fsprogs)")
 	dataCfg := fs.String("data-config", "", "file to install as cxlpool.conf on the data partition")
+	sbKey := fs.String("sb-key", os.Getenv("IMAGE_SB_KEY"), "PEM key (unencrypted) that signs the ESP's loader.efi for UEFI Secure Boot, a db key of the boards (default: the development key, OVMF's snakeoil test key)")
+	sbCert := fs.String("sb-cert", os.Getenv("IMAGE_SB_CERT"), "PEM certificate of -sb-key")
 	verbose := fs.Bool("v", false, "show the tools' output")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -57,6 +59,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SigningKey: os.Getenv("IMAGE_SIGNING_KEY"), DevKey: filepath.Join(root, "image", ".keys", "dev-signing.key"),
 		Kernel: *kernel, InstallPackages: *install,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	if (*sbKey == "") != (*sbCert == "") {
+		return fmt.Errorf("-sb-key and -sb-cert go together (the key signs, the certificate goes into the signature)")
+	}
+	cfg.SecureBoot = build.SecureBootKey{Key: *sbKey, Cert: *sbCert}
 	if *verbose {
 		cfg.Stderr = stderr
 	}

@@ -1,4 +1,4 @@
-package api
+package pool
 
 import (
 	"context"
@@ -13,11 +13,11 @@ import (
 	"cxlpool/fabric"
 )
 
-// errQuota is 409 for capacity a host's quota has no room for, naming the
+// ErrQuota is 409 for capacity a host's quota has no room for, naming the
 // quota and what would still fit.
-func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
+func ErrQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
 	room := quota - min(used, quota)
-	fits := fmt.Sprintf("at most %d MiB would", mib(room))
+	fits := fmt.Sprintf("at most %d MiB would", MiB(room))
 	if room == 0 {
 		fits = "nothing more does"
 	}
@@ -25,13 +25,13 @@ func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
 		"%s's quota (Oem.CxlPool.QuotaMiB of %s) is %d MiB and it holds or has reserved %d MiB, so %d MiB more does not fit "+
 			"(%s): release capacity from %s, or have an administrator or operator raise its quota "+
 			"(where that is 0, the default Oem.CxlPool.DefaultHostQuotaMiB of %s applies).",
-		SystemID(h), SystemURI(h), mib(quota), mib(used), mib(need), fits, SystemID(h), MemoryDomainURI)})
+		SystemID(h), SystemURI(h), MiB(quota), MiB(used), MiB(need), fits, SystemID(h), MemoryDomainURI)})
 }
 
 // Retry-After values for the transient device conditions.
 const (
-	retryBusySeconds   = 2
-	retryDeviceSeconds = 10
+	RetryBusySeconds   = 2
+	RetryDeviceSeconds = 10
 )
 
 // FromDomain maps an error from the capacity domain (dcd) or the device
@@ -86,7 +86,7 @@ func FromDomain(err error, t redfish.Target) *redfish.Error {
 	case errors.Is(err, bmc.ErrNotFound):
 		return redfish.ErrResourceNotFound(t.Type, t.ID).WithCause(err)
 	case errors.Is(err, bmc.ErrUnavailable):
-		e := redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		e := redfish.ErrServiceUnavailable(RetryDeviceSeconds).WithCause(err)
 		e.Messages[0].Resolution = "The board controller does not answer on the device link, or the sensor, fan, " +
 			"power supply or head cannot be read or driven now. Board readings and controls are unavailable " +
 			"until it answers; retry later."
@@ -99,16 +99,16 @@ func FromDomain(err error, t redfish.Target) *redfish.Error {
 	case errors.Is(err, bmc.ErrBusy):
 		return redfish.ErrResourceInUse().WithCause(err)
 	case errors.Is(err, dcd.ErrDeviceBusy):
-		return redfish.ErrServiceUnavailable(retryBusySeconds).WithCause(err)
+		return redfish.ErrServiceUnavailable(RetryBusySeconds).WithCause(err)
 	case errors.Is(err, dcd.ErrDeviceUnreachable), errors.Is(err, fabric.ErrTimeout), errors.Is(err, fabric.ErrClosed):
-		e := redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		e := redfish.ErrServiceUnavailable(RetryDeviceSeconds).WithCause(err)
 		e.Messages[0].Resolution = "The memory device does not answer on its link (the link is down or being " +
 			"re-established). Retry after the time in Retry-After."
 		return e
 	case errors.Is(err, dcd.ErrDevice):
 		return redfish.NewError(http.StatusInternalServerError, redfish.M("Base.UndeterminedFault", "DCD")).WithCause(err)
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
-		return redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		return redfish.ErrServiceUnavailable(RetryDeviceSeconds).WithCause(err)
 	}
 	return redfish.ErrInternal(err)
 }

@@ -1,4 +1,4 @@
-package api
+package board
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 )
@@ -29,7 +30,7 @@ func (s *Server) sensorRoutes(b Board) {
 		ctx := c.Request().Context()
 		all, boardErr := allSensors(ctx, b)
 		if boardErr != nil && !errors.Is(boardErr, bmc.ErrUnavailable) {
-			return FromDomain(boardErr, redfish.Target{Type: "SensorCollection", URI: SensorsURI})
+			return pool.FromDomain(boardErr, redfish.Target{Type: "SensorCollection", URI: SensorsURI})
 		}
 		byURI := map[string]redfish.Obj{}
 		members := make([]string, 0, len(all))
@@ -51,18 +52,18 @@ func (s *Server) sensorRoutes(b Board) {
 		if hw, ok := strings.CutPrefix(id, mgmtSensorPrefix); ok {
 			list, err := b.ManagerSensors(ctx)
 			if err != nil {
-				return FromDomain(err, redfish.Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
+				return pool.FromDomain(err, redfish.Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
 			}
 			for _, se := range list {
 				if se.ID == hw {
-					return s.WriteResource(c, http.StatusOK, sensorBody(se, id, managerURI))
+					return s.WriteResource(c, http.StatusOK, sensorBody(se, id, pool.ManagerURI))
 				}
 			}
 			return redfish.ErrResourceNotFound("Sensor", id)
 		}
 		se, err := b.Sensor(ctx, id)
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
+			return pool.FromDomain(err, redfish.Target{Type: "Sensor", ID: id, URI: SensorsURI + "/" + id})
 		}
 		return s.WriteResource(c, http.StatusOK, sensorBody(se, id, boardRelated(ctx, b, id)))
 	})
@@ -86,7 +87,7 @@ func allSensors(ctx context.Context, b Board) ([]redfish.Obj, error) {
 		return nil, err
 	}
 	for _, se := range mgmt {
-		out = append(out, sensorBody(se, mgmtSensorPrefix+se.ID, managerURI))
+		out = append(out, sensorBody(se, mgmtSensorPrefix+se.ID, pool.ManagerURI))
 	}
 	return out, boardErr
 }

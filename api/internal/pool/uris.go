@@ -1,4 +1,4 @@
-package api
+package pool
 
 import (
 	"fmt"
@@ -7,6 +7,7 @@ import (
 
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
+	"cxlpool/rdma"
 )
 
 // URIs of the capacity resources, shared by their handlers and by the
@@ -35,8 +36,8 @@ const (
 	FirmwareInventoryURI = UpdateServiceURI + "/FirmwareInventory"
 )
 
-// targetPrefix starts the Id of an LD's target endpoint ("DCD-LD3").
-const targetPrefix = "DCD-LD"
+// TargetPrefix starts the Id of an LD's target endpoint ("DCD-LD3").
+const TargetPrefix = "DCD-LD"
 
 // ChunkURI is the MemoryChunks resource of a chunk.
 func ChunkURI(id dcd.ChunkID) string {
@@ -70,7 +71,7 @@ func MemoryRegionURI(h dcd.HostID, n int) string {
 func InitiatorURI(h dcd.HostID) string { return EndpointsURI + "/" + SystemID(h) }
 
 // TargetURI is the target Endpoint of a host's LD ("DCD-LD<LD>").
-func TargetURI(h dcd.HostID) string { return EndpointsURI + "/" + targetPrefix + strconv.Itoa(int(h)) }
+func TargetURI(h dcd.HostID) string { return EndpointsURI + "/" + TargetPrefix + strconv.Itoa(int(h)) }
 
 // ZoneURI is the zone of a host's initiator and its LD's target.
 func ZoneURI(h dcd.HostID) string { return ZonesURI + "/" + SystemID(h) }
@@ -78,8 +79,8 @@ func ZoneURI(h dcd.HostID) string { return ZonesURI + "/" + SystemID(h) }
 // PortURI is the device's host-facing port with the given port number.
 func PortURI(port uint8) string { return PortsURI + "/" + strconv.Itoa(int(port)) }
 
-// hostRef is h as the protocol's host of a principal, task or event.
-func hostRef(h dcd.HostID) *redfish.HostID {
+// HostRef is h as the protocol's host of a principal, task or event.
+func HostRef(h dcd.HostID) *redfish.HostID {
 	r := redfish.HostID(h)
 	return &r
 }
@@ -100,3 +101,23 @@ func ParseSystemID(id string) (dcd.HostID, error) {
 	}
 	return dcd.HostID(v), nil
 }
+
+// URIs of the management computer, which many resources link to.
+const (
+	ManagersURI = "/redfish/v1/Managers"
+	ManagerURI  = ManagersURI + "/FM"
+)
+
+// URIs of the RDMA fabric.
+const (
+	RDMAFabricURI      = "/redfish/v1/Fabrics/RDMA"
+	RDMAEndpointsURI   = RDMAFabricURI + "/Endpoints"
+	RDMAConnectionsURI = RDMAFabricURI + "/Connections"
+	// PoolTargetID is the Id of the fabric's one target endpoint, the
+	// box's export server; no remote client may take that name.
+	PoolTargetID  = "Pool"
+	PoolTargetURI = RDMAEndpointsURI + "/" + PoolTargetID
+)
+
+// ExportURI is the Connection of an export.
+func ExportURI(id rdma.ExportID) string { return RDMAConnectionsURI + "/" + string(id) }

@@ -1,7 +1,8 @@
-package api
+package kvstore
 
 import (
 	"context"
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"encoding/hex"
 	"errors"
@@ -119,9 +120,9 @@ func kvErr(err error, name string) *redfish.Error {
 	case errors.Is(err, kv.ErrNoSpace):
 		return redfish.NewError(http.StatusConflict, redfish.M("Base.ResourceExhaustion", KVNamespaceURI(name))).WithCause(err)
 	case errors.Is(err, kv.ErrUnavailable):
-		return redfish.ErrServiceUnavailable(retryDeviceSeconds).WithCause(err)
+		return redfish.ErrServiceUnavailable(pool.RetryDeviceSeconds).WithCause(err)
 	}
-	return FromDomain(err, redfish.Target{Type: "KVNamespace", ID: name, URI: KVNamespaceURI(name)})
+	return pool.FromDomain(err, redfish.Target{Type: "KVNamespace", ID: name, URI: KVNamespaceURI(name)})
 }
 
 // kvReason is the innermost reason of a kv error.
@@ -142,12 +143,12 @@ func kvBody(ns kv.Namespace) redfish.Obj {
 	members := make([]string, 0, len(ns.Members))
 	systems := make([]redfish.Obj, 0, len(ns.Members))
 	for _, h := range ns.Members {
-		members = append(members, SystemID(h))
-		systems = append(systems, redfish.Link(SystemURI(h)))
+		members = append(members, pool.SystemID(h))
+		systems = append(systems, redfish.Link(pool.SystemURI(h)))
 	}
 	chunks := make([]redfish.Obj, 0, len(ns.Chunks))
 	for _, c := range ns.Chunks {
-		chunks = append(chunks, redfish.Obj{"MemoryChunk": redfish.Link(ChunkURI(c.ID)), "Tag": c.Tag.String(), "SizeMiB": c.Size >> 20})
+		chunks = append(chunks, redfish.Obj{"MemoryChunk": redfish.Link(pool.ChunkURI(c.ID)), "Tag": c.Tag.String(), "SizeMiB": c.Size >> 20})
 	}
 	return redfish.Obj{
 		"@odata.id":    KVNamespaceURI(ns.Name),
@@ -176,7 +177,7 @@ func kvTokens(toks map[dcd.HostID]kv.Token) []redfish.Obj {
 	slices.Sort(hosts)
 	out := make([]redfish.Obj, 0, len(hosts))
 	for _, h := range hosts {
-		out = append(out, redfish.Obj{"Host": SystemID(h), "Token": tokenHex(toks[h])})
+		out = append(out, redfish.Obj{"Host": pool.SystemID(h), "Token": tokenHex(toks[h])})
 	}
 	return out
 }
@@ -215,8 +216,8 @@ func kvRemote(ra kv.RemoteAccess) any {
 	}
 	exps := make([]redfish.Obj, 0, len(ra.Exports))
 	for _, e := range ra.Exports {
-		exps = append(exps, redfish.Obj{"MemoryChunk": redfish.Link(ChunkURI(e.Chunk)), "Tag": e.Tag.String(),
-			"Export": string(e.Export), "RDMAConnection": redfish.Link(ExportURI(e.Export)), "Length": e.Length})
+		exps = append(exps, redfish.Obj{"MemoryChunk": redfish.Link(pool.ChunkURI(e.Chunk)), "Tag": e.Tag.String(),
+			"Export": string(e.Export), "RDMAConnection": redfish.Link(pool.ExportURI(e.Export)), "Length": e.Length})
 	}
 	return redfish.Obj{"Client": ra.Rack, "Exports": exps}
 }
@@ -240,7 +241,7 @@ func (s *Server) kvExport(c echo.Context) error {
 	// the new one stands (the old records are dropped as their chunks'
 	// grants change, or at the next Sweep). Logged, not refused.
 	if err != nil {
-		s.cfg.Logger.Warn("kv export: revoking the previous exports", "namespace", ns.Name, "err", err)
+		s.log.Warn("kv export: revoking the previous exports", "namespace", ns.Name, "err", err)
 	}
 	got, err := s.cfg.KV.Namespace(ns.Name)
 	if err != nil {
@@ -286,12 +287,12 @@ func (s *Server) getKVNamespace(c echo.Context) error {
 
 // kvHost parses a host's system Id for property prop.
 func (s *Server) kvHost(id, prop string) (dcd.HostID, error) {
-	h, err := ParseSystemID(id)
+	h, err := pool.ParseSystemID(id)
 	if err != nil {
 		return 0, redfish.ErrPropertyValueFormat(id, prop)
 	}
-	if _, ok := s.cfg.Manager.Box().Head(uint16(h)); !ok {
-		return 0, errMissingAtURI(SystemURI(h), prop)
+	if _, ok := s.mgr.Box().Head(uint16(h)); !ok {
+		return 0, pool.ErrMissingAtURI(pool.SystemURI(h), prop)
 	}
 	return h, nil
 }

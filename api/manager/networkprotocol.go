@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"errors"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 )
 
@@ -32,9 +33,9 @@ import (
 // saying so, and nothing pretends to have changed.
 
 const (
-	networkProtocolURI    = managerURI + "/NetworkProtocol"
+	networkProtocolURI    = pool.ManagerURI + "/NetworkProtocol"
 	httpsCertificatesURI  = networkProtocolURI + "/HTTPS/Certificates"
-	ethernetInterfacesURI = managerURI + "/EthernetInterfaces"
+	ethernetInterfacesURI = pool.ManagerURI + "/EthernetInterfaces"
 
 	// maxNTPServers bounds NTP.NTPServers: the client asks them in turn.
 	maxNTPServers = 4
@@ -83,7 +84,7 @@ func errHostOwnsNetwork(prop string) *redfish.Error {
 
 // resetRequired is the message of a change that applies at the next boot.
 func resetRequired() redfish.Msg {
-	return redfish.M("Base.ResetRequired", managerURI+"/Actions/Manager.Reset", "GracefulRestart")
+	return redfish.M("Base.ResetRequired", pool.ManagerURI+"/Actions/Manager.Reset", "GracefulRestart")
 }
 
 var (

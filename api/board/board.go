@@ -1,4 +1,4 @@
-package api
+package board
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 	"cxlpool/bmc/policy"
@@ -16,7 +17,7 @@ import (
 // Board management: the Chassis's environmental resources
 // (ThermalSubsystem, PowerSubsystem, Sensors: thermal.go, power.go,
 // sensors.go), its identify LED and the power of each host's head
-// (headpower.go) are views of the board controller, which the appliance
+// (api's headpower.go) are views of the board controller, which the appliance
 // reaches over PLDM on the device link and drives through its policy loop.
 // They are served only when Config.Board is set; a board controller that
 // does not answer (a device without one, a controller restarting) makes
@@ -51,12 +52,12 @@ type Board interface {
 
 // URIs of the board resources.
 const (
-	ThermalSubsystemURI = ChassisURI + "/ThermalSubsystem"
+	ThermalSubsystemURI = pool.ChassisURI + "/ThermalSubsystem"
 	FansURI             = ThermalSubsystemURI + "/Fans"
 	ThermalMetricsURI   = ThermalSubsystemURI + "/ThermalMetrics"
-	PowerSubsystemURI   = ChassisURI + "/PowerSubsystem"
+	PowerSubsystemURI   = pool.ChassisURI + "/PowerSubsystem"
 	PowerSuppliesURI    = PowerSubsystemURI + "/PowerSupplies"
-	SensorsURI          = ChassisURI + "/Sensors"
+	SensorsURI          = pool.ChassisURI + "/Sensors"
 )
 
 // boardTimeout bounds the board reads made for resources built without
@@ -65,18 +66,14 @@ const boardTimeout = 3 * time.Second
 
 func (s *Server) boardRoutes() {
 	b := s.cfg.Board
-	if b == nil || s.capacity == nil {
-		return
-	}
 	s.thermalRoutes(b)
 	s.powerRoutes(b)
 	s.sensorRoutes(b)
-	s.headPowerRoutes(b)
-	s.feedAlarms(b)
 }
 
-// feedAlarms publishes the policy loop's alarms until the service closes.
-func (s *Server) feedAlarms(b Board) {
+// FeedAlarms publishes the policy loop's alarms until the service closes.
+func (s *Server) FeedAlarms() {
+	b := s.cfg.Board
 	ch, cancel := b.SubscribeAlarms(256)
 	s.bg.Add(1)
 	go func() {
@@ -120,7 +117,7 @@ var (
 func boardOrigin(item string) (string, *redfish.HostID) {
 	switch {
 	case item == "PolicyLoop":
-		return managerURI, nil
+		return pool.ManagerURI, nil
 	case fanIDRE.MatchString(item):
 		return FansURI + "/" + item, nil
 	case psuIDRE.MatchString(item):
@@ -129,13 +126,13 @@ func boardOrigin(item string) (string, *redfish.HostID) {
 	if m := headIDRE.FindStringSubmatch(item); m != nil {
 		if n, err := strconv.Atoi(m[1]); err == nil && n <= 0xFFFF {
 			h := dcd.HostID(n)
-			return SystemURI(h), hostRef(h)
+			return pool.SystemURI(h), pool.HostRef(h)
 		}
 	}
 	if item != "" && item != "BoardController" && sensorIDRE.MatchString(item) {
 		return SensorsURI + "/" + item, nil
 	}
-	return ChassisURI, nil
+	return pool.ChassisURI, nil
 }
 
 // boardStatus is a Status of a board item.
@@ -174,7 +171,7 @@ func readingOrNull(v float64, valid bool) any {
 	return v
 }
 
-// boardHTTPContext bounds a board read made outside a request.
-func boardHTTPContext() (context.Context, context.CancelFunc) {
+// HTTPContext bounds a board read made outside a request.
+func HTTPContext() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), boardTimeout)
 }

@@ -1,4 +1,4 @@
-package api
+package manager
 
 import (
 	"crypto/sha256"
@@ -14,6 +14,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 )
 
@@ -27,7 +28,7 @@ const (
 	// httpsCertCollectionURI is the HTTPS certificate collection under the
 	// Manager's NetworkProtocol (networkprotocol.go links it when this
 	// route exists).
-	httpsCertCollectionURI = managerURI + "/NetworkProtocol/HTTPS/Certificates"
+	httpsCertCollectionURI = pool.ManagerURI + "/NetworkProtocol/HTTPS/Certificates"
 	httpsCertMemberURI     = httpsCertCollectionURI + "/1"
 
 	replaceCertAction = "CertificateService.ReplaceCertificate"

@@ -1,4 +1,4 @@
-package api
+package telemetry
 
 import (
 	"cmp"
@@ -15,6 +15,7 @@ import (
 	"github.com/gorilla/websocket"
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -51,9 +52,9 @@ func metricDefinition(id string) redfish.Obj {
 // scopeSubject is the resource a scope's whole-scope metrics are about.
 func scopeSubject(scope int) string {
 	if scope >= 0 {
-		return SystemURI(dcd.HostID(scope))
+		return pool.SystemURI(dcd.HostID(scope))
 	}
-	return MemoryDomainURI
+	return pool.MemoryDomainURI
 }
 
 // scopeMetrics lists a scope's metric Ids in report order.
@@ -105,15 +106,15 @@ type holder struct {
 }
 
 func (t *telemetryAPI) holder(ctx context.Context) holder {
-	if t.s.capacity == nil {
+	if t.s.cfg.Grants == nil {
 		return holder{}
 	}
-	v, err := t.s.capacity.snapshot(ctx)
+	grants, err := t.s.cfg.Grants(ctx)
 	if err != nil {
 		t.s.log.Debug("telemetry: no capacity view for unit links", "err", err)
 		return holder{}
 	}
-	return holder{grants: v.grants}
+	return holder{grants: grants}
 }
 
 func (h holder) uri(scope int, dpa uint64) string {
@@ -124,13 +125,13 @@ func (h holder) uri(scope int, dpa uint64) string {
 		for _, e := range g.Extents {
 			if dpa >= e.DPA && dpa < e.End() {
 				if scope >= 0 {
-					return SystemMemoryURI(g.Host, g.Chunk)
+					return pool.SystemMemoryURI(g.Host, g.Chunk)
 				}
-				return ChunkURI(g.Chunk)
+				return pool.ChunkURI(g.Chunk)
 			}
 		}
 	}
-	return MemoryDomainURI
+	return pool.MemoryDomainURI
 }
 
 // within keeps the hot units inside extents.
@@ -323,7 +324,7 @@ func (t *telemetryAPI) serveStream(c echo.Context) error {
 	}
 	hub := t.tel.Stream(scope)
 	if hub == nil {
-		return redfish.ErrResourceNotFound("Stream", SystemID(dcd.HostID(scope)))
+		return redfish.ErrResourceNotFound("Stream", pool.SystemID(dcd.HostID(scope)))
 	}
 	if !websocket.IsWebSocketUpgrade(c.Request()) {
 		return redfish.NewError(http.StatusBadRequest, redfish.M("Base.HeaderMissing", "Upgrade: websocket"))

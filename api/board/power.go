@@ -1,4 +1,4 @@
-package api
+package board
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/bmc"
 )
@@ -20,7 +21,7 @@ func (s *Server) powerRoutes(b Board) {
 	s.Handle(http.MethodGet, PowerSubsystemURI, redfish.PrivLogin, func(c echo.Context) error {
 		psus, err := b.PowerSupplies(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "PowerSubsystem", ID: "PowerSubsystem", URI: PowerSubsystemURI})
+			return pool.FromDomain(err, redfish.Target{Type: "PowerSubsystem", ID: "PowerSubsystem", URI: PowerSubsystemURI})
 		}
 		health := bmc.OK
 		for _, p := range psus {
@@ -39,7 +40,7 @@ func (s *Server) powerRoutes(b Board) {
 	s.Handle(http.MethodGet, PowerSuppliesURI, redfish.PrivLogin, func(c echo.Context) error {
 		psus, err := b.PowerSupplies(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "PowerSupplyCollection", URI: PowerSuppliesURI})
+			return pool.FromDomain(err, redfish.Target{Type: "PowerSupplyCollection", URI: PowerSuppliesURI})
 		}
 		byURI := map[string]bmc.PowerSupply{}
 		members := make([]string, 0, len(psus))
@@ -67,7 +68,7 @@ func (s *Server) powerRoutes(b Board) {
 		}
 		sensors, err := b.Sensors(ctx)
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "PowerSupplyMetrics", ID: "Metrics", URI: PowerSuppliesURI + "/" + p.ID + "/Metrics"})
+			return pool.FromDomain(err, redfish.Target{Type: "PowerSupplyMetrics", ID: "Metrics", URI: PowerSuppliesURI + "/" + p.ID + "/Metrics"})
 		}
 		return s.WriteResource(c, http.StatusOK, powerSupplyMetrics(p, sensors))
 	})
@@ -77,7 +78,7 @@ func (s *Server) powerRoutes(b Board) {
 func findPSU(ctx context.Context, b Board, id string) (bmc.PowerSupply, error) {
 	psus, err := b.PowerSupplies(ctx)
 	if err != nil {
-		return bmc.PowerSupply{}, FromDomain(err, redfish.Target{Type: "PowerSupply", ID: id, URI: PowerSuppliesURI + "/" + id})
+		return bmc.PowerSupply{}, pool.FromDomain(err, redfish.Target{Type: "PowerSupply", ID: id, URI: PowerSuppliesURI + "/" + id})
 	}
 	for _, p := range psus {
 		if p.ID == id {

@@ -1,4 +1,4 @@
-package api
+package board
 
 import (
 	"net/http"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/bmc"
@@ -23,18 +24,18 @@ func (s *Server) thermalRoutes(b Board) {
 		ctx := c.Request().Context()
 		fans, err := b.Fans(ctx)
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
+			return pool.FromDomain(err, redfish.Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
 		}
 		sensors, err := b.Sensors(ctx)
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
+			return pool.FromDomain(err, redfish.Target{Type: "ThermalSubsystem", ID: "ThermalSubsystem", URI: ThermalSubsystemURI})
 		}
 		return s.WriteResource(c, http.StatusOK, thermalSubsystem(fans, sensors))
 	})
 	s.Handle(http.MethodGet, FansURI, redfish.PrivLogin, func(c echo.Context) error {
 		fans, err := b.Fans(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "FanCollection", URI: FansURI})
+			return pool.FromDomain(err, redfish.Target{Type: "FanCollection", URI: FansURI})
 		}
 		byURI := map[string]bmc.Fan{}
 		members := make([]string, 0, len(fans))
@@ -50,7 +51,7 @@ func (s *Server) thermalRoutes(b Board) {
 	s.Handle(http.MethodGet, FansURI+"/:id", redfish.PrivLogin, func(c echo.Context) error {
 		fans, err := b.Fans(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "Fan", ID: c.Param("id"), URI: FansURI + "/" + c.Param("id")})
+			return pool.FromDomain(err, redfish.Target{Type: "Fan", ID: c.Param("id"), URI: FansURI + "/" + c.Param("id")})
 		}
 		for _, f := range fans {
 			if f.ID == c.Param("id") {
@@ -62,7 +63,7 @@ func (s *Server) thermalRoutes(b Board) {
 	s.Handle(http.MethodGet, ThermalMetricsURI, redfish.PrivLogin, func(c echo.Context) error {
 		sensors, err := b.Sensors(c.Request().Context())
 		if err != nil {
-			return FromDomain(err, redfish.Target{Type: "ThermalMetrics", ID: "ThermalMetrics", URI: ThermalMetricsURI})
+			return pool.FromDomain(err, redfish.Target{Type: "ThermalMetrics", ID: "ThermalMetrics", URI: ThermalMetricsURI})
 		}
 		return s.WriteResource(c, http.StatusOK, thermalMetrics(sensors))
 	})

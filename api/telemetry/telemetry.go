@@ -1,4 +1,4 @@
-package api
+package telemetry
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
@@ -169,7 +170,7 @@ func (s *Server) telemetryRoutes() {
 		}
 		return s.WriteCollection(c, redfish.Collection{ODataID: metricDefinitionsURI, ODataType: "#MetricDefinitionCollection.MetricDefinitionCollection",
 			Name: "Metric Definitions", Members: ids, Expand: func(uri string) (any, error) {
-				id, _ := refID(uri, metricDefinitionsURI)
+				id, _ := pool.RefID(uri, metricDefinitionsURI)
 				return metricDefinition(id), nil
 			}})
 	}))
@@ -185,7 +186,7 @@ func (s *Server) telemetryRoutes() {
 			ODataType: "#MetricReportDefinitionCollection.MetricReportDefinitionCollection",
 			Name:      "Metric Report Definitions", Members: t.members(redfish.PrincipalOf(c), reportDefinitionsURI),
 			Expand: func(uri string) (any, error) {
-				id, _ := refID(uri, reportDefinitionsURI)
+				id, _ := pool.RefID(uri, reportDefinitionsURI)
 				return t.definition(id), nil
 			}})
 	}))
@@ -201,7 +202,7 @@ func (s *Server) telemetryRoutes() {
 		return s.WriteCollection(c, redfish.Collection{ODataID: metricReportsURI, ODataType: "#MetricReportCollection.MetricReportCollection",
 			Name: "Metric Reports", Members: t.members(p, metricReportsURI),
 			Expand: func(uri string) (any, error) {
-				id, _ := refID(uri, metricReportsURI)
+				id, _ := pool.RefID(uri, metricReportsURI)
 				return t.report(c.Request().Context(), id)
 			}})
 	}))
@@ -241,7 +242,7 @@ func errTelemetryDisabled() *redfish.Error {
 func (t *telemetryAPI) scopeIDs() []string {
 	var ids []string
 	for h := range t.tel.Hosts() {
-		ids = append(ids, SystemID(dcd.HostID(h)))
+		ids = append(ids, pool.SystemID(dcd.HostID(h)))
 	}
 	return append(ids, scopeShared, scopePool)
 }
@@ -254,7 +255,7 @@ func (t *telemetryAPI) scopeOf(id string) (int, bool) {
 	case scopePool:
 		return agg.Pool, true
 	}
-	h, err := ParseSystemID(id)
+	h, err := pool.ParseSystemID(id)
 	if err != nil || int(h) >= t.tel.Hosts() {
 		return 0, false
 	}
