@@ -106,6 +106,11 @@ func extension() []complexType {
 			str("Owner", "The Id of the ComputerSystem (host) that reserved the chunk."),
 			boolean("Stranded", "Whether the chunk is stranded: no host holds it and a grant of it was lost since its last release."),
 			object("LostGrants", "LostGrant", "The lost grants that strand the chunk, as far as the caller may see them.").list(),
+			object("Extents", "ChunkExtent", "The device (DPA) ranges the chunk's holders hold, lowest first; a chunk may lie in several.").list(),
+		}},
+		{name: "ChunkExtent", desc: "One device address range of a chunk.", props: []prop{
+			integer("OffsetMiB", "The range's start in the device's address space (DPA), in MiB."),
+			integer("SizeMiB", "The range's length, in MiB."),
 		}},
 		{name: "LostGrant", desc: "A grant whose capacity the device no longer holds.", props: []prop{
 			str("Connection", "The Id of the grant's Connection."),

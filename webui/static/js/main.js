@@ -4,7 +4,7 @@
 import { html, render, useState, useEffect, useCallback } from './lib.js';
 import * as api from './api.js';
 import * as live from './live.js';
-import { Principal, Root, ErrorBox, Notice, Loading, Field } from './ui.js';
+import { Principal, Root, ErrorBox, Notice, Loading, Field, NotPermitted } from './ui.js';
 import { Notifications } from './notify.js';
 
 const PAGES = [
@@ -16,7 +16,8 @@ const PAGES = [
   { path: 'board', title: 'Sensors, fans & power', load: () => import('./pages/board.js') },
   { path: 'alerts', title: 'Alerts & thresholds', load: () => import('./pages/alerts.js'), appliance: true },
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
-  { path: 'fleet', title: 'Fleet', load: () => import('./pages/fleet.js'), appliance: true },
+import { Principal, Root, ErrorBox, Notice, Loading, Field, NotPermitted } from './ui.js';
+import { Notifications } from './notify.js';
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
   { path: 'users', title: 'Users & roles', load: () => import('./pages/users.js') },
   { path: 'network', title: 'Network & time', load: () => import('./pages/network.js'), appliance: true },
@@ -152,6 +153,7 @@ function PageHost({ route, principal }) {
     return () => { cancelled = true; };
   }, [route.path]);
   if (!page) return html`<h1>Not found</h1><p>No page “${route.path}”. <a href="#/dashboard">Dashboard</a></p>`;
+  if (page.appliance && !principal.can.appliance) return html`<h1>${page.title}</h1><${NotPermitted} what=${'The ' + page.title + ' page'} principal=${principal} />`;
   if (err) return html`<${ErrorBox} error=${err} />`;
   if (!mod) return html`<${Loading} what=${'Loading ' + page.title} />`;
   const Page = mod.default;
@@ -164,6 +166,10 @@ function Shell({ principal, onLogout }) {
   useEffect(() => {
     const m = document.getElementById('main');
     if (m) m.focus({ preventScroll: true });
+    // On a narrow screen the page list is one scrolling row: keep the
+    // current page's link in view.
+    const cur = document.querySelector('.sidenav a[aria-current="page"]');
+    if (cur) cur.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   }, [route.path]);
   return html`<div class="shell">
     <a class="skip" href="#main" onClick=${(e) => { e.preventDefault(); document.getElementById('main').focus(); }}>Skip to content</a>
