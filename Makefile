@@ -16,7 +16,7 @@ EXTERNAL_HOSTS ?=
 BIN     := bin
 STATICCHECK_VERSION := v0.8.2
 
-.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-uefi vmtest-host
+.PHONY: all build run test test-usb attack check bench fuzz clean image flash vmtest vmtest-uefi vmtest-host vmtest-rdma
 
 all: build
 
@@ -87,6 +87,10 @@ bench: build
 	$(BENCH_TEST) -bench='^Benchmark(Add|Ingest|FanOutLag|BytesPerSlot|CollectorMemory)$$' -benchtime=0.5s ./hmu/... | tee -a bench.txt
 	$(if $(BENCH_LONG),$(GO) test -run='^$$' -bench='^BenchmarkZipf100M$$' -benchtime=1x -count=1 ./hmu/topk/ | tee -a bench.txt,@echo "BenchmarkZipf100M (precision, minutes of CPU) left out: BENCH_LONG=1 runs it")
 	$(BENCH_TEST) -bench='^BenchmarkLoopback$$' -benchtime=1x ./rdma/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkHosts$$' -benchtime=4x -timeout=60m ./kv/client/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkLookupVsRedis$$' -benchtime=5000x ./kv/client/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkRemoteGet$$' -benchtime=100x ./kv/client/ | tee -a bench.txt
+	$(GO) test -run='^$$' -bench='^BenchmarkTraceFetch$$' -benchtime=1x -count=3 -timeout=60m ./kv/client/ | tee -a bench.txt
 	bash bench/outside.sh $(BENCH_COUNT) $(BENCH_ROUND) | tee -a bench.txt
 	@echo "# loadavg: $$(cut -d' ' -f1-3 /proc/loadavg) at the end" >> bench.txt
 	$(BIN)/benchfig table -template bench/measured.md.tmpl -readme README.md bench.txt
@@ -138,6 +142,15 @@ vmtest-host:
 	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* >/dev/null 2>&1 || \
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils
 	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./host/linux/vmtest/
+
+# Exports over RDMA verbs for real: one QEMU guest (TCG) with soft-RoCE
+# (rdma_rxe) on both ends of a veth pair, the verbs transport's tests and
+# its figures against TCP on the same link (rdma/vmtest). Installs what it
+# needs if missing (root).
+vmtest-rdma:
+	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* /usr/include/infiniband/verbs.h /etc/libibverbs.d/rxe.driver >/dev/null 2>&1 || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils gcc libibverbs-dev ibverbs-providers
+	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./rdma/vmtest/
 
 clean:
 	rm -rf $(BIN) bench.txt

@@ -12,6 +12,8 @@
 //
 //	/redfish/v1/TelemetryService/...                      api/telemetry
 //	/redfish/v1/Oem/CxlPool/KVNamespaces/...              api/kvstore
+//	/redfish/v1/Oem/CxlPool/Fleet/... (and the Manager's fleet Condition)
+//	                                                      api/fleetview
 //	/redfish/v1/Chassis/Pool/{ThermalSubsystem,PowerSubsystem,Sensors}/...
 //	                                                      api/board
 //	/redfish/v1/Chassis, Chassis/Pool (its LED), PCIeDevices,

@@ -15,7 +15,8 @@ import (
 
 // TestKVEventsSSE: the KV store's block events reach the SSE stream (and
 // the EventLog) as ResourceStateChanged events of the namespace, in
-// order: a commit's BlockStored with the blocks' hashes, a delete's
+// order: a commit's BlockStored with the blocks' hashes (one per chain,
+// with the parent and token counts clients told), a delete's
 // BlockRemoved, the namespace delete's AllBlocksCleared.
 func TestKVEventsSSE(t *testing.T) {
 	env := kvEnv(t)
@@ -39,6 +40,18 @@ func TestKVEventsSSE(t *testing.T) {
 	if errs, err := s.Commit([]uint64{res[0].Block.ID, res[1].Block.ID}); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("commit: %v %v", err, errs)
 	}
+	// Blocks whose client told their sequence: a chain (root, child) and
+	// a block continuing another's.
+	seqd := []kv.PutItem{{Key: []byte{0, 0, 0, 0, 0, 0, 0, 8}, Length: 4096, Seq: kv.Seq{Tokens: 16}},
+		{Key: []byte{0, 0, 0, 0, 0, 0, 0, 9}, Length: 4096, Seq: kv.Seq{HasParent: true, Parent: 8, Tokens: 16}},
+		{Key: []byte{0, 0, 0, 0, 0, 0, 0, 10}, Length: 4096, Seq: kv.Seq{HasParent: true, Parent: 3, Tokens: 4}}}
+	res, err = s.Put(ctx, seqd)
+	if err != nil || res[0].Err != nil || res[1].Err != nil || res[2].Err != nil {
+		t.Fatalf("put: %v %+v", err, res)
+	}
+	if errs, err := s.Commit([]uint64{res[0].Block.ID, res[1].Block.ID, res[2].Block.ID}); err != nil || errs[0] != nil || errs[1] != nil || errs[2] != nil {
+		t.Fatalf("commit: %v %v", err, errs)
+	}
 	if errs, err := s.Delete(keys[1:]); err != nil || errs[0] != nil {
 		t.Fatalf("delete: %v %v", err, errs)
 	}
@@ -46,7 +59,7 @@ func TestKVEventsSSE(t *testing.T) {
 		t.Fatal(err)
 	}
 	h := strconv.FormatUint(kv.KeyHash(keys[1]), 10)
-	want := []string{"BlockStored 7," + h, "BlockRemoved " + h, "AllBlocksCleared"}
+	want := []string{"BlockStored 7," + h, "BlockStored 8,9 tokens=16,16", "BlockStored 10 parent=3 tokens=4", "BlockRemoved " + h, "AllBlocksCleared"}
 	origin := api.KVNamespaceURI("llama")
 	var got []string
 	for len(got) < len(want) {

@@ -13,6 +13,7 @@ import (
 
 	"cxlpool/api/accounts"
 	"cxlpool/api/capacity"
+	"cxlpool/api/fleetview"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
 	"cxlpool/api/manager"
@@ -21,6 +22,7 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/fabric"
 	"cxlpool/fabric/linuxcxl"
+	"cxlpool/history"
 	"cxlpool/host/report"
 	"cxlpool/host/share"
 	"cxlpool/kv"
@@ -100,6 +102,9 @@ type Config struct {
 	// Telemetry is the CHMU pipeline behind the TelemetryService
 	// (api/telemetry). Nil: the service shows itself disabled.
 	Telemetry Telemetry
+	// History is the box's downsampled history and alerts
+	// (api/telemetry: metrichistory.go, triggers.go). Nil: neither is served.
+	History *history.Service
 	// Update is the box's A/B image slots (api/manager): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
 	// both slots. Nil (not running from the image): neither.
@@ -132,6 +137,8 @@ type Config struct {
 	// OnEvent, when set, sees every published event, numbered and timed
 	// (the fleet plane forwards them); it must not block.
 	OnEvent func(redfish.Event)
+	// Fleet is the fleet plane's view (api/fleetview); nil: no plane.
+	Fleet FleetView
 	// HostReports and Shares are the host agents' reports and the share
 	// allowances (api/capacity). Nil: a store of the API's own, and
 	// DataDir/shares.json.
@@ -217,6 +224,8 @@ type Server struct {
 	mc *manager.Server
 	// pool serves the capacity resources and their fabric (api/capacity).
 	pool *capacity.Server
+	// fv serves the fleet plane's view (api/fleetview).
+	fv *fleetview.Server
 }
 
 // New opens the accounts database (creating the admin account on first
@@ -240,11 +249,12 @@ func New(cfg Config) (*Server, error) {
 	s.pool = capacity.New(s.deps, capacity.Config{Device: cfg.Device, DataDir: cfg.DataDir,
 		Exports: cfg.Exports, ExportAddr: cfg.ExportAddr, ExportVerbs: cfg.ExportVerbs, Board: cfg.Board,
 		LocalCXL: cfg.LocalCXL, HostReports: cfg.HostReports, Shares: cfg.Shares})
+	s.fv = fleetview.New(s.deps, cfg.Fleet)
 	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
 		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport, FirmwareVersion: cfg.FirmwareVersion,
 		LogLimit: cfg.LogLimit, Update: cfg.Update, Reboot: cfg.Reboot, SetTime: cfg.SetTime,
 		MaxImageBytes: cfg.MaxImageBytes, StartCheck: cfg.StartCheck, Pool: s.pool,
-		BundleSettings: cfg.bundleSettings()})
+		FleetStatus: s.fv.ManagerStatus, BundleSettings: cfg.bundleSettings()})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -266,8 +276,9 @@ func (s *Server) routes() []func() {
 		s.pool.Routes, // the pool, its fabric, the Systems, the board
 		s.mc.Routes,   // the Manager, its logs, update, network, certificates (after the pool's)
 		s.consoleRoutes,
-		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.pool.ActiveGrants}).Routes,
+		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.pool.ActiveGrants, History: s.cfg.History}).Routes,
 		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
+		s.fv.Routes, // the fleet view
 	}
 }
 

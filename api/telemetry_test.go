@@ -78,6 +78,10 @@ func TestTelemetryResources(t *testing.T) {
 		all = append(all, reportsURI+"/Host"+strconv.Itoa(h))
 	}
 	all = append(all, reportsURI+"/Shared", reportsURI+"/Pool")
+	// and the history's (metrichistory.go)
+	for _, id := range []string{"PoolHistory", "HostHistory", "SensorHistory", "ExportHistory", "CHMUHistory"} {
+		all = append(all, reportsURI+"/"+id)
+	}
 	if got := members(t, env.ReadOnly, reportsURI); !slices.Equal(got, all) {
 		t.Errorf("reports seen by a reader: %v", got)
 	}
@@ -85,10 +89,11 @@ func TestTelemetryResources(t *testing.T) {
 		c    *apitest.Client
 		mine string
 	}{{env.Host0, "Host0"}, {env.Host1, "Host1"}} {
-		if got := members(t, tc.c, reportsURI); !slices.Equal(got, []string{reportsURI + "/" + tc.mine}) {
+		// A host also reads HostHistory, with its own series only.
+		if got := members(t, tc.c, reportsURI); !slices.Equal(got, []string{reportsURI + "/" + tc.mine, reportsURI + "/HostHistory"}) {
 			t.Errorf("reports seen by %s: %v", tc.c.User, got)
 		}
-		if got := members(t, tc.c, reportDefURI); !slices.Equal(got, []string{reportDefURI + "/" + tc.mine}) {
+		if got := members(t, tc.c, reportDefURI); !slices.Equal(got, []string{reportDefURI + "/" + tc.mine, reportDefURI + "/HostHistory"}) {
 			t.Errorf("report definitions seen by %s: %v", tc.c.User, got)
 		}
 		tc.c.GetOK(reportsURI + "/" + tc.mine)
@@ -179,8 +184,16 @@ func TestTelemetryDisabled(t *testing.T) {
 	if svc["ServiceEnabled"] != false || get(svc, "Status", "State") != "Disabled" || get(svc, "Oem", "CxlPool", "DisabledReason") == nil {
 		t.Errorf("disabled TelemetryService: %v", svc)
 	}
-	for _, u := range []string{reportsURI, reportsURI + "/Pool", reportDefURI, telemetryURI + "/MetricDefinitions", api.TelemetryStreamURI} {
+	for _, u := range []string{reportsURI + "/Pool", reportDefURI + "/Pool", telemetryURI + "/MetricDefinitions", api.TelemetryStreamURI} {
 		wantStatus(t, "GET "+u, env.Admin.Get(u), http.StatusServiceUnavailable, "ServiceDisabled")
+	}
+	// The history's reports do not need a CHMU.
+	if got := members(t, env.Admin, reportsURI); len(got) != 5 || got[0] != reportsURI+"/PoolHistory" {
+		t.Errorf("reports without a CHMU: got %v, want the history's five", got)
+	}
+	noHistory := apitest.NewServer(t, apitest.Options{Config: func(c *api.Config) { c.Telemetry, c.History = nil, nil }})
+	for _, u := range []string{reportsURI, reportDefURI} {
+		wantStatus(t, "GET "+u+" without history", noHistory.Admin.Get(u), http.StatusServiceUnavailable, "ServiceDisabled")
 	}
 	wantStatus(t, "PATCH", env.Admin.Patch(telemetryURI, map[string]any{}), http.StatusServiceUnavailable, "ServiceDisabled")
 	wantStatus(t, "ticket", env.Admin.Post(api.TelemetryTicketURI, nil), http.StatusServiceUnavailable, "ServiceDisabled")

@@ -28,6 +28,7 @@ import (
 	"cxlpool/fabric/cci"
 	"cxlpool/fabric/fm"
 	"cxlpool/fabric/serial"
+	"cxlpool/history"
 	"cxlpool/host/report"
 	"cxlpool/internal/bytesize"
 	"cxlpool/kv"
@@ -69,6 +70,9 @@ type Config struct {
 	// DAXPath maps the pool for exports on hardware (a /dev/daxX.Y
 	// device); the virtual box's memory is mapped directly.
 	DAXPath string
+	// ExportRDMA serves exports over RDMA verbs beside TCP (export_rdma.go):
+	// off (or empty), auto, or a device name.
+	ExportRDMA string
 	// Board configures board management (board.go).
 	Board BoardConfig
 	// CHMU locates a real device's hotness monitoring unit for telemetry
@@ -111,9 +115,13 @@ type Appliance struct {
 	// Telemetry is the CHMU pipeline (hmu/telemetry, started in telemetry.go); nil when the device
 	// has no CHMU the daemon can reach.
 	Telemetry *Telemetry
+	// History keeps the box's downsampled history and alerts (history.go);
+	// nil if its store could not be opened.
+	History *history.Service
 	// Fleet is the fleet plane once started (fleet.go); nil when off.
 	Fleet   *Fleet
 	kvHeat  kvHeat      // the KV store's eviction reads Telemetry's heat through it
+	kvSrv   *kv.Server  // the KV protocol servers (QuiesceKV stops them first)
 	kvEv    kvEvents    // the KV index's block events, to the fleet plane and subscribers (kv.go)
 	check   *startCheck // consistency.go
 	closers []func() error
@@ -314,8 +322,12 @@ func (a *Appliance) openExports() error {
 		mem.Close()
 		return fmt.Errorf("appliance: %w", err)
 	}
-	svc, err := rdma.NewService(rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
-		Clock: a.cfg.Clock, Store: st})
+	rcfg := rdma.Config{Ledger: a.Ledger, Memory: mem, Logger: a.cfg.Logger.With("component", "rdma"),
+		Clock: a.cfg.Clock, Store: st}
+	if a.Box != nil {
+		rcfg.CountAccess = a.Box.CountAccess // the virtual box's CHMU sees exported traffic
+	}
+	svc, err := rdma.NewService(rcfg)
 	if err != nil {
 		mem.Close()
 		st.Close()
@@ -357,6 +369,7 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	if err := a.startKV(ctx); err != nil {
 		return err
 	}
+	a.startHistory(ctx) // after telemetry and KV: it reads them
 	if a.Exports == nil {
 		a.checkAtStart(ctx)
 		return nil
@@ -383,19 +396,35 @@ func (a *Appliance) Start(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("appliance: export server: %w", err)
 	}
-	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	exts, closeVerbs, err := a.exportVerbs()
 	if err != nil {
 		ln.Close()
+		return err
+	}
+	srv, err := tcp.NewServer(tcp.Config{Auth: a.Exports, Extensions: exts, Logger: a.cfg.Logger.With("component", "rdma-tcp")})
+	if err != nil {
+		ln.Close()
+		closeVerbs()
 		return fmt.Errorf("appliance: export server: %w", err)
 	}
+	a.closers = append(a.closers, closeVerbs) // after the server has closed
 	a.ExportAddr = ln.Addr()
 	go srv.Serve(ln)
 	a.closers = append(a.closers, srv.Close)
 	return nil
 }
 
-// Close stops everything Open started, in reverse order.
+// Close stops everything Open started, in reverse order, after the KV
+// store's last events have reached the fleet plane and subscribers
+// (QuiesceKV).
 func (a *Appliance) Close() error {
+	if a.KV != nil && a.closers != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), kvQuiesceWait)
+		if err := a.QuiesceKV(ctx); err != nil {
+			a.cfg.Logger.Warn("kv: events not all delivered before the stop", "err", err)
+		}
+		cancel()
+	}
 	var errs []error
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		errs = append(errs, a.closers[i]())

@@ -24,8 +24,12 @@ func TestFleetEmbedded(t *testing.T) {
 	cfg.Sim.Capacity = 16 << 30
 	app, stop := startTelApp(t, cfg)
 	defer stop()
-	if app.Fleet == nil || app.Fleet.Embedded == nil {
-		t.Fatal("no embedded fleet plane by configuration")
+	if app.Fleet == nil {
+		t.Fatal("no fleet plane by configuration")
+	}
+	p := joined(t, app)
+	if app.Fleet.Embedded() == nil {
+		t.Fatal("no embedded fleet server by configuration")
 	}
 	box := app.Fleet.Service.Box()
 	if want := fleet.BoxIDFromSerial(cfg.Sim.Serial); box != want {
@@ -43,7 +47,6 @@ func TestFleetEmbedded(t *testing.T) {
 	app.Fleet.Service.PublishRedfish(fleet.RedfishEvent{MessageID: "ResourceEvent.ResourceChanged", Origin: "/redfish/v1/Systems/Host2", Host: &host})
 
 	// The grant's record and events, as another box would read them.
-	p := app.Fleet.Plane
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		boxes, err := p.Boxes(ctx)
@@ -72,9 +75,21 @@ func TestFleetEmbedded(t *testing.T) {
 	if got := app2.Fleet.Service.Box(); got != box {
 		t.Errorf("after a restart the box is %s, want %s", got, box)
 	}
-	waitEvent(t, app2.Fleet.Plane, 1, "cxlpool.box."+string(box)+".host.2.>", func(e fleetnats.Event) bool {
+	waitEvent(t, joined(t, app2), 1, "cxlpool.box."+string(box)+".host.2.>", func(e fleetnats.Event) bool {
 		return e.ID == granted.ID && e.Seq == granted.Seq
 	})
+}
+
+// joined waits (bounded) until app's fleet plane has joined.
+func joined(t *testing.T, app *appliance.Appliance) *fleetnats.Plane {
+	t.Helper()
+	select {
+	case <-app.Fleet.Joined():
+		return app.Fleet.Plane()
+	case <-time.After(60 * time.Second):
+		t.Fatalf("fleet plane not joined within 60s: %+v", app.Fleet.State())
+		return nil
+	}
 }
 
 // waitEvent subscribes from seq and returns the first event match accepts.

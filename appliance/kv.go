@@ -46,7 +46,7 @@ func (a *Appliance) openKV() error {
 	}
 	svc, err := kv.NewService(kv.ServiceConfig{Capacity: a.Manager, Logger: a.cfg.Logger.With("component", "kv"), Exporter: exporter,
 		Index: kv.IndexConfig{Dir: filepath.Join(a.cfg.DataDir, KVDir), Clock: a.cfg.Clock, NewEvictor: newEvictor,
-			Events: a.kvEv.sink}})
+			Events: a.kvEv.sink, ResyncLater: true}})
 	if err != nil {
 		return fmt.Errorf("appliance: %w", err)
 	}
@@ -55,7 +55,8 @@ func (a *Appliance) openKV() error {
 	return nil
 }
 
-// startKV frees namespace chunks a crash left outside the index, starts
+// startKV frees namespace chunks a crash left outside the index, forgets
+// those whose capacity is lost (with their blocks), starts
 // the lease reaper and the protocol servers (KVListen, KVSocket).
 func (a *Appliance) startKV(ctx context.Context) error {
 	if a.Telemetry != nil {
@@ -64,6 +65,13 @@ func (a *Appliance) startKV(ctx context.Context) error {
 	if err := a.KV.Sweep(ctx); err != nil {
 		a.cfg.Logger.Warn("kv: sweep of stray namespace chunks", "err", err)
 	}
+	// Reconcile has marked lost what the device no longer holds (all of
+	// it after a restart on the in-process virtual box, whose memory died
+	// with the daemon): no client may be told those blocks' locations.
+	if err := a.KV.DropLost(ctx); err != nil {
+		a.cfg.Logger.Warn("kv: dropping namespace chunks whose capacity is lost", "err", err)
+	}
+	a.KV.Ix.Resync() // what each namespace holds now (openKV deferred it)
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() { defer close(done); a.KV.RunReaper(rctx, time.Second) }()
@@ -100,7 +108,58 @@ func (a *Appliance) startKV(ctx context.Context) error {
 	for _, ln := range lns {
 		go srv.Serve(ln)
 	}
+	a.kvSrv = srv
 	a.closers = append(a.closers, srv.Close)
+	return nil
+}
+
+// kvQuiesceWait bounds Close's QuiesceKV.
+const kvQuiesceWait = 5 * time.Second
+
+// QuiesceKV is the first step of a clean stop: the KV protocol servers
+// stop (no new change; those in flight finish), then every block event
+// of the changes before is delivered: published on the fleet plane and
+// taken by each subscriber (the API's feed has published it to SSE once
+// it takes the marker after it). The daemon calls it before the API
+// stops its streams; Close calls it too. It returns ctx's error if the
+// plane or a subscriber does not keep up.
+func (a *Appliance) QuiesceKV(ctx context.Context) error {
+	if a.kvSrv != nil {
+		_ = a.kvSrv.Close()
+	}
+	if err := a.KV.Ix.FlushEvents(ctx); err != nil {
+		return err
+	}
+	return a.kvEv.flushSubscribers(ctx)
+}
+
+// flushSubscribers sends each subscriber a marker (an Event of Kind 0,
+// which subscribers skip) behind what it was given and waits until it has
+// taken it: a subscriber that handles its events one at a time has then
+// finished every earlier one.
+func (k *kvEvents) flushSubscribers(ctx context.Context) error {
+	k.mu.Lock()
+	subs := make([]chan kv.Event, 0, len(k.subs))
+	for ch := range k.subs {
+		subs = append(subs, ch)
+	}
+	k.mu.Unlock()
+	for _, ch := range subs {
+		select {
+		case ch <- kv.Event{}:
+		case <-ctx.Done():
+			return fmt.Errorf("appliance: a kv event subscriber does not take its events: %w", ctx.Err())
+		}
+	}
+	for _, ch := range subs {
+		for len(ch) > 0 {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("appliance: a kv event subscriber does not take its events: %w", ctx.Err())
+			case <-time.After(time.Millisecond): // the subscriber's pace, bounded by ctx
+			}
+		}
+	}
 	return nil
 }
 
@@ -143,9 +202,12 @@ func (k *kvEvents) sink(ctx context.Context, e kv.Event) {
 }
 
 // publishKV is one kv.Event as the fleet's KV-event calls. The box knows
-// a block only by its key: the block hash is kv.KeyHash(key), the tokens
-// hash the same number (clients do not tell the box their tokens), and
-// parent_hash null (nor their sequences).
+// a block by its key and what its client told of its sequence (kv.Seq):
+// the block hash is kv.KeyHash(key), parent_hash the parent the client
+// gave the event's first block (null if none: a sequence's first, or not
+// told; each Stored event is one chain), and the tokens hash the block
+// hash again (clients tell the box how many tokens a block holds, not
+// which; Dynamo's event has no token count, the SSE form carries it).
 func publishKV(ctx context.Context, p fleet.KVEventPublisher, e kv.Event) error {
 	switch e.Kind {
 	case kv.EventStored:
@@ -153,7 +215,7 @@ func publishKV(ctx context.Context, p fleet.KVEventPublisher, e kv.Event) error 
 		for i, b := range e.Blocks {
 			bs[i] = fleet.StoredBlock{BlockHash: b.Hash, TokensHash: b.Hash}
 		}
-		return p.BlockStored(ctx, e.Namespace, nil, bs)
+		return p.BlockStored(ctx, e.Namespace, e.Parent, bs)
 	case kv.EventRemoved:
 		hs := make([]uint64, len(e.Blocks))
 		for i, b := range e.Blocks {
@@ -176,7 +238,9 @@ func (k *kvEvents) setPublisher(p fleet.KVEventPublisher) {
 }
 
 // SubscribeKVEvents delivers the KV store's block events (stored,
-// removed, cleared) until cancel; a full channel loses events.
+// removed, cleared) until cancel; a full channel loses events. An Event
+// of Kind 0 is QuiesceKV's flush marker: skip it (handle events one at a
+// time, so that taking it means the ones before are done).
 func (a *Appliance) SubscribeKVEvents(buf int) (<-chan kv.Event, func()) {
 	ch := make(chan kv.Event, buf)
 	k := &a.kvEv

@@ -18,7 +18,8 @@ import (
 // TestKVEventsFleet: a namespace's block events reach the embedded
 // plane's subject cxlpool.kv.<namespace>.<box>.events in Dynamo's
 // RouterEvent shape, numbered from 1, and the appliance's subscribers
-// (the API's SSE feed) in the same order: a commit's Stored, a delete's
+// (the API's SSE feed) in the same order: a commit's Stored (parent_hash
+// null), a block's Stored with the parent its client told, a delete's
 // Removed, the namespace delete's Cleared.
 func TestKVEventsFleet(t *testing.T) {
 	cfg := appliance.Config{Device: appliance.DeviceSim, DataDir: t.TempDir(), Sim: sim.DefaultConfig(),
@@ -33,7 +34,7 @@ func TestKVEventsFleet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	nc := app.Fleet.Plane.Conn()
+	nc := joined(t, app).Conn()
 	sub, err := nc.SubscribeSync(subj)
 	if err != nil {
 		t.Fatal(err)
@@ -62,6 +63,15 @@ func TestKVEventsFleet(t *testing.T) {
 	if errs, err := s.Commit([]uint64{res[0].Block.ID, res[1].Block.ID}); err != nil || errs[0] != nil || errs[1] != nil {
 		t.Fatalf("commit: %v %v", err, errs)
 	}
+	// A block whose client says it continues block 42.
+	child := []byte{0, 0, 0, 0, 0, 0, 0, 43}
+	res, err = s.Put(ctx, []kv.PutItem{{Key: child, Length: 4096, Seq: kv.Seq{HasParent: true, Parent: 42, Tokens: 256}}})
+	if err != nil || res[0].Err != nil {
+		t.Fatalf("put: %v %+v", err, res)
+	}
+	if errs, err := s.Commit([]uint64{res[0].Block.ID}); err != nil || errs[0] != nil {
+		t.Fatalf("commit: %v %v", err, errs)
+	}
 	if errs, err := s.Delete(keys[:1]); err != nil || errs[0] != nil {
 		t.Fatalf("delete: %v %v", err, errs)
 	}
@@ -73,8 +83,10 @@ func TestKVEventsFleet(t *testing.T) {
 	if kv.KeyHash(keys[0]) != 42 {
 		t.Errorf("KeyHash of an 8-byte key = %d, want the key's big-endian value 42", kv.KeyHash(keys[0]))
 	}
+	p42 := uint64(42)
 	data := []fleet.KVEventData{
 		{Stored: &fleet.KVStored{Blocks: []fleet.StoredBlock{{BlockHash: 42, TokensHash: 42}, {BlockHash: h1, TokensHash: h1}}}},
+		{Stored: &fleet.KVStored{ParentHash: &p42, Blocks: []fleet.StoredBlock{{BlockHash: 43, TokensHash: 43}}}},
 		{Removed: &fleet.KVRemoved{BlockHashes: []uint64{42}}},
 		{Cleared: true},
 	}
@@ -93,7 +105,7 @@ func TestKVEventsFleet(t *testing.T) {
 			t.Errorf("event %d (-want +got):\n%s", i+1, diff)
 		}
 	}
-	kinds := []kv.EventKind{kv.EventStored, kv.EventRemoved, kv.EventCleared}
+	kinds := []kv.EventKind{kv.EventStored, kv.EventStored, kv.EventRemoved, kv.EventCleared}
 	for i, want := range kinds {
 		select {
 		case e := <-local:

@@ -14,10 +14,8 @@
 // the daemon by default.
 //
 // Register (aggregator.go) makes the box an AggregationSource of an
-// OFMF/Sunfish-style Redfish aggregator.
-//
-// Not done yet: per-namespace hotness summaries on the KV subjects, the
-// console's fleet page, partition-heal tests.
+// OFMF/Sunfish-style Redfish aggregator. KVHotness (kvhotness.go) is a
+// KV namespace's periodic summary beside its block events.
 package fleet
 
 import (
@@ -213,4 +211,36 @@ func HostRef(s string) (box BoxID, host string) {
 		return BoxID(s[:i]), s[i+1:]
 	}
 	return "", s
+}
+
+// EventFilter is the subject filter of the events of box (empty: every
+// box), host (empty: any; "-" or "box": the box's own; else an LD
+// number) and kind (empty: any; redfish, capacity).
+func EventFilter(box BoxID, host, kind string) (string, error) {
+	b, h, k := "*", "*.*", "*"
+	if box != "" {
+		if !box.Valid() {
+			return "", fmt.Errorf("fleet: box %q: %w", box, ErrBadName)
+		}
+		b = string(box)
+	}
+	switch host {
+	case "":
+	case "-", "box":
+		h = "box.-"
+	default:
+		var ld uint16
+		if _, err := fmt.Sscanf(host, "%d", &ld); err != nil || fmt.Sprint(ld) != host {
+			return "", fmt.Errorf("fleet: host %q: want the host's LD number (0-65535), or - for the box's own events", host)
+		}
+		h = "host." + host
+	}
+	switch kind {
+	case "":
+	case KindRedfish, KindCapacity:
+		k = kind
+	default:
+		return "", fmt.Errorf("fleet: kind %q: want %s or %s", kind, KindRedfish, KindCapacity)
+	}
+	return fmt.Sprintf("%s.%s.%s.%s", SubjectRoot, b, h, k), nil
 }

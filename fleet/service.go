@@ -67,8 +67,10 @@ type Service struct {
 	mu      sync.Mutex
 	queue   []Envelope
 	next    uint64 // envelope counter
-	dropped int
+	dropped int    // since the last log line
+	lost    uint64 // dropped since the start
 	wake    chan struct{}
+	kick    chan struct{} // Kick: write the record now
 	last    Inventory
 	rev     uint64
 	acked   uint64 // the last stream sequence acknowledged
@@ -100,7 +102,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("fleet: the Manager has not discovered the device yet")
 	}
 	return &Service{cfg: cfg, log: cfg.Logger, box: BoxIDFromSerial(b.Identity.Serial),
-		started: cfg.Clock(), wake: make(chan struct{}, 1)}, nil
+		started: cfg.Clock(), wake: make(chan struct{}, 1), kick: make(chan struct{}, 1)}, nil
 }
 
 // Box is this box's fleet identity.
@@ -126,6 +128,7 @@ func (s *Service) enqueue(e Envelope) {
 	if len(s.queue) > s.cfg.Queue {
 		s.queue = s.queue[1:]
 		s.dropped++
+		s.lost++
 	}
 	s.mu.Unlock()
 	select {
@@ -139,6 +142,34 @@ func (s *Service) Acked() uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.acked
+}
+
+// Backlog is how many events wait for the stream's acknowledgement and
+// how many were dropped since the start because the queue overflowed
+// while the plane was unreachable.
+func (s *Service) Backlog() (queued int, dropped uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.queue), s.lost
+}
+
+// ErrNotJoined is what a Plane answers while it has not joined the fleet
+// yet (the daemon joins in the background): the Service keeps its events
+// queued and says nothing more in the log, the plane's state says why.
+var ErrNotJoined = errors.New("fleet: the plane has not joined yet")
+
+// Kick makes the Service retry its queued events now and write its
+// record (the plane just joined) instead of at its next backoff or
+// heartbeat.
+func (s *Service) Kick() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+	select {
+	case s.kick <- struct{}{}:
+	default:
+	}
 }
 
 // Run publishes until ctx ends.
@@ -176,6 +207,8 @@ func (s *Service) Run(ctx context.Context) {
 			}
 			s.putInventory(ctx, false)
 		case <-tick.C:
+			s.putInventory(ctx, true)
+		case <-s.kick:
 			s.putInventory(ctx, true)
 		}
 	}
@@ -231,6 +264,8 @@ func (s *Service) sendLoop(ctx context.Context) {
 				t.Stop()
 				return
 			case <-t.C:
+			case <-s.wake: // Kick (joined) or a new event: try the head now
+				t.Stop()
 			}
 			backoff = min(backoff*2, 2*time.Second)
 			continue
@@ -264,7 +299,7 @@ func (s *Service) putInventory(ctx context.Context, heartbeat bool) {
 	s.mu.Unlock()
 	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	if err := s.cfg.Plane.PutInventory(pctx, inv); err != nil && ctx.Err() == nil {
+	if err := s.cfg.Plane.PutInventory(pctx, inv); err != nil && ctx.Err() == nil && !errors.Is(err, ErrNotJoined) {
 		// The next heartbeat writes it again.
 		s.log.Warn("fleet: writing the inventory record", "err", err)
 	}

@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // EventKind says what happened to a namespace's blocks.
@@ -51,7 +53,14 @@ type Event struct {
 	Kind      EventKind
 	Namespace string
 	Reason    string // for Removed; ReasonResync for a resync's Cleared and Stored
-	Blocks    []EventBlock
+	// Parent is, for Stored, the block hash the first block continues (as
+	// its client told it: kv.Seq); nil for a sequence's first block or
+	// blocks whose clients did not say. A Stored event is one chain: each
+	// further block continues the one before it (a client's parent equals
+	// the previous block's Hash), or, when no client told anything, the
+	// blocks of one change in order, parent nil, as before clients could.
+	Parent *uint64
+	Blocks []EventBlock
 }
 
 // EventBlock is one block of an Event.
@@ -61,6 +70,9 @@ type EventBlock struct {
 	// Hash is the key as the 64-bit block hash a KV-aware router uses
 	// (KeyHash).
 	Hash uint64
+	// Tokens is the tokens the block holds, as its client told it (0:
+	// not told).
+	Tokens uint32
 }
 
 // KeyHash is a key as a router's 64-bit block hash: an 8-byte key is the
@@ -91,6 +103,12 @@ type events struct {
 	sink    EventSink
 	ch      chan Event
 	dropped atomic.Uint64
+	// queued counts events put in ch, sunk those the sink returned from;
+	// progress is closed (and replaced) at each sink return, so FlushEvents
+	// waits without polling.
+	queued, sunk atomic.Uint64
+	pmu          sync.Mutex
+	progress     chan struct{}
 	// lost says events were dropped since the last resync: once the
 	// queue is empty again the dispatcher resyncs (Index.Resync), so a
 	// router that missed changes learns the whole state.
@@ -110,7 +128,8 @@ func newEvents(sink EventSink, queue int, resync func()) *events {
 		queue = DefaultEventQueue
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{}), resync: resync}
+	e := &events{sink: sink, ch: make(chan Event, queue), ctx: ctx, cancel: cancel, done: make(chan struct{}), resync: resync,
+		progress: make(chan struct{})}
 	go e.run()
 	return e
 }
@@ -119,6 +138,11 @@ func (e *events) run() {
 	defer close(e.done)
 	for ev := range e.ch {
 		e.sink(e.ctx, ev)
+		e.sunk.Add(1)
+		e.pmu.Lock()
+		close(e.progress)
+		e.progress = make(chan struct{})
+		e.pmu.Unlock()
 		if len(e.ch) == 0 && e.lost.Swap(false) && e.ctx.Err() == nil {
 			e.resync() // emits into e.ch: the loop goes on with them
 		}
@@ -133,15 +157,21 @@ func (e *events) emit(ev Event) {
 	}
 	select {
 	case e.ch <- ev:
+		e.queued.Add(1)
 	default:
 		e.dropped.Add(1)
 		e.lost.Store(true)
 	}
 }
 
+// FlushWait is how long Close lets the sink deliver what is queued (with
+// its context live: a network sink still publishes) before it cancels it.
+const FlushWait = 5 * time.Second
+
 // stop ends the queue (under ix.mu, after closed is set: no emit
-// follows); wait then lets the sink finish what is queued, with its
-// context cancelled so a network sink gives up at once.
+// follows); wait then lets the sink deliver what is queued, its context
+// live for up to FlushWait (the last changes before a clean stop reach
+// the router), then cancelled so a sink stuck on a network gives up.
 func (e *events) stop() {
 	if e != nil {
 		e.once.Do(func() { close(e.ch) })
@@ -149,9 +179,38 @@ func (e *events) stop() {
 }
 
 func (e *events) wait() {
-	if e != nil {
-		e.cancel()
-		<-e.done
+	if e == nil {
+		return
+	}
+	t := time.AfterFunc(FlushWait, e.cancel)
+	<-e.done
+	t.Stop()
+	e.cancel()
+}
+
+// FlushEvents returns once the sink has returned from every event queued
+// before the call (dropped ones aside), or with ctx's error, or once the
+// index has closed (Close delivers what is queued).
+func (ix *Index) FlushEvents(ctx context.Context) error {
+	e := ix.ev
+	if e == nil {
+		return nil
+	}
+	target := e.queued.Load()
+	for {
+		e.pmu.Lock()
+		progress := e.progress
+		e.pmu.Unlock()
+		if e.sunk.Load() >= target {
+			return nil
+		}
+		select {
+		case <-progress:
+		case <-e.done:
+			return nil
+		case <-ctx.Done():
+			return fmt.Errorf("kv: flushing events: %d of %d delivered: %w", e.sunk.Load(), target, ctx.Err())
+		}
 	}
 }
 
@@ -168,14 +227,51 @@ func (ix *Index) EventsDropped() uint64 {
 func eventBlocks(bs []*block) []EventBlock {
 	out := make([]EventBlock, len(bs))
 	for i, b := range bs {
-		out[i] = EventBlock{Key: []byte(b.key), Length: b.length, Hash: KeyHash([]byte(b.key))}
+		out[i] = EventBlock{Key: []byte(b.key), Length: b.length, Hash: KeyHash([]byte(b.key)), Tokens: b.seq.Tokens}
 	}
 	return out
 }
 
-// emitLocked sends a Stored or Removed event of bs (none if empty).
+// storedEvents is the Stored events of bs, in order: one per chain (see
+// Event.Parent), each of at most max blocks (a longer chain goes on in
+// the next event, whose parent is the last block before it).
+func storedEvents(ns string, reason string, bs []*block, max int) []Event {
+	var out []Event
+	for i := 0; i < len(bs); {
+		j := i + 1
+		for j < len(bs) && j-i < max && continues(bs[j-1], bs[j]) {
+			j++
+		}
+		e := Event{Kind: EventStored, Namespace: ns, Reason: reason, Blocks: eventBlocks(bs[i:j])}
+		if q := bs[i].seq; q.HasParent {
+			p := q.Parent
+			e.Parent = &p
+		}
+		out = append(out, e)
+		i = j
+	}
+	return out
+}
+
+// continues reports whether b goes in prev's Stored event: it continues
+// prev's chain, or neither says anything of a chain.
+func continues(prev, b *block) bool {
+	if b.seq.HasParent {
+		return b.seq.Parent == KeyHash([]byte(prev.key))
+	}
+	return !b.seq.told() && !prev.seq.told()
+}
+
+// emitLocked sends a Stored or Removed event of bs (none if empty); a
+// Stored one per chain.
 func (ix *Index) emitLocked(kind EventKind, ns *nsState, reason string, bs []*block) {
 	if ix.ev == nil || len(bs) == 0 || ix.closed {
+		return
+	}
+	if kind == EventStored {
+		for _, e := range storedEvents(ns.name, reason, bs, len(bs)) {
+			ix.ev.emit(e)
+		}
 		return
 	}
 	ix.ev.emit(Event{Kind: kind, Namespace: ns.name, Reason: reason, Blocks: eventBlocks(bs)})
@@ -199,35 +295,36 @@ func (ix *Index) emitState() {
 		return
 	}
 	names := make([]string, 0, len(ix.ns))
-	need := 0
-	for n, ns := range ix.ns {
+	for n := range ix.ns {
 		names = append(names, n)
-		need += 1 + (len(ns.keys)+startBatch-1)/startBatch
 	}
-	if need > cap(ix.ev.ch)-len(ix.ev.ch) {
+	slices.Sort(names)
+	var all []Event
+	for _, n := range names {
+		ns := ix.ns[n]
+		all = append(all, Event{Kind: EventCleared, Namespace: n, Reason: ReasonResync})
+		ids := make([]uint64, 0, len(ns.keys))
+		for _, b := range ns.keys {
+			ids = append(ids, b.id)
+		}
+		slices.Sort(ids) // commit order: a chain's blocks follow each other
+		bs := make([]*block, len(ids))
+		for i, id := range ids {
+			bs[i] = ns.blocks[id]
+		}
+		all = append(all, storedEvents(n, ReasonResync, bs, startBatch)...)
+		if len(all) > cap(ix.ev.ch)-len(ix.ev.ch) {
+			break
+		}
+	}
+	if len(all) > cap(ix.ev.ch)-len(ix.ev.ch) {
 		// Half a state would mislead a router more than none: try again
 		// once the queue has drained.
 		ix.ev.lost.Store(true)
 		return
 	}
-	slices.Sort(names)
-	for _, n := range names {
-		ns := ix.ns[n]
-		ix.ev.emit(Event{Kind: EventCleared, Namespace: n, Reason: ReasonResync})
-		ids := make([]uint64, 0, len(ns.keys))
-		for _, b := range ns.keys {
-			ids = append(ids, b.id)
-		}
-		slices.Sort(ids)
-		bs := make([]*block, 0, min(len(ids), startBatch))
-		for _, id := range ids {
-			bs = append(bs, ns.blocks[id])
-			if len(bs) == startBatch {
-				ix.emitLocked(EventStored, ns, ReasonResync, bs)
-				bs = bs[:0:0]
-			}
-		}
-		ix.emitLocked(EventStored, ns, ReasonResync, bs)
+	for _, e := range all {
+		ix.ev.emit(e)
 	}
 }
 

@@ -45,6 +45,11 @@ type IndexConfig struct {
 	// EventQueue (DefaultEventQueue) that drops when full.
 	Events     EventSink
 	EventQueue int
+	// ResyncLater: OpenIndex does not send the state (Cleared, Stored);
+	// the owner calls Resync once it has checked it (the daemon: after
+	// dropping chunks whose capacity is lost, so a router never hears of
+	// blocks whose memory is gone).
+	ResyncLater bool
 }
 
 // Index is the KV index of every namespace. Methods are safe for
@@ -82,6 +87,7 @@ type block struct {
 	state   blockState
 	pins    int
 	owner   *Session // while reserved
+	seq     Seq      // what the client told of its token sequence
 }
 
 type chunkState struct {
@@ -113,6 +119,9 @@ type nsState struct {
 	// asking again for growBackoff, so a pool out of capacity or a host
 	// that does not answer does not stall every put.
 	growFailed time.Time
+
+	// hits and misses count Get lookups (Hotness, hotness.go).
+	hits, misses uint64
 }
 
 // growBackoff is how long after a failed growth puts only evict.
@@ -183,7 +192,9 @@ func OpenIndex(cfg IndexConfig) (*Index, error) {
 		ix.log.Info("kv namespace restored", "namespace", ns.name, "blocks", len(ns.keys), "chunks", len(ns.chunks), "used", ns.used)
 	}
 	ix.ev = newEvents(cfg.Events, cfg.EventQueue, ix.Resync)
-	ix.emitState()
+	if !cfg.ResyncLater {
+		ix.emitState()
+	}
 	return ix, nil
 }
 
@@ -293,6 +304,17 @@ func commitRecord(b []byte, ns string, bl *block) []byte {
 	p = binary.LittleEndian.AppendUint64(p, bl.length)
 	p = binary.LittleEndian.AppendUint16(p, uint16(len(bl.key)))
 	p = append(p, bl.key...)
+	if bl.seq.told() {
+		// Optional tail (records before it end at the key): u8 flags
+		// (bit 0: parent set), u64 parent, u32 tokens.
+		var f byte
+		if bl.seq.HasParent {
+			f = 1
+		}
+		p = append(p, f)
+		p = binary.LittleEndian.AppendUint64(p, bl.seq.Parent)
+		p = binary.LittleEndian.AppendUint32(p, bl.seq.Tokens)
+	}
 	return frameRecord(b, recCommit, p)
 }
 
@@ -414,6 +436,12 @@ func (ix *Index) apply(typ byte, p []byte) error {
 		name := rd.str8()
 		id, gen, chunk, off, length := rd.u64(), rd.u64(), dcd.ChunkID(rd.u64()), rd.u64(), rd.u64()
 		key := string(rd.bytes(int(rd.u16())))
+		var seq Seq
+		if len(rd.b) > 0 { // the tail a client's sequence adds
+			f := rd.bytes(1)
+			seq = Seq{Parent: rd.u64(), Tokens: rd.u32()}
+			seq.HasParent = len(f) == 1 && f[0]&1 != 0
+		}
 		if rd.bad {
 			return fmt.Errorf("short commit record")
 		}
@@ -428,7 +456,7 @@ func (ix *Index) apply(typ byte, p []byte) error {
 		if old := ns.keys[key]; old != nil {
 			return fmt.Errorf("commit of block %d over key of block %d", id, old.id)
 		}
-		b := &block{id: id, gen: gen, key: key, chunk: c, off: off, length: length, state: stCommitted}
+		b := &block{id: id, gen: gen, key: key, chunk: c, off: off, length: length, state: stCommitted, seq: seq}
 		ns.keys[key] = b
 		ns.blocks[id] = b
 		ns.used += c.space.round(length)

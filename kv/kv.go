@@ -97,6 +97,7 @@ type Stats struct {
 	Used      uint64 // bytes of committed blocks
 	Reserved  uint64 // bytes of uncommitted reservations
 	Capacity  uint64 // bytes of its chunks
+	Free      uint64 // bytes its allocator has free: Capacity less every live block (pinned deleted ones too)
 	Evictions uint64 // since the daemon started
 	Sessions  int
 }

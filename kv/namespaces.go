@@ -1,6 +1,7 @@
 package kv
 
 import (
+	"cmp"
 	"crypto/sha256"
 	"fmt"
 	"slices"
@@ -418,4 +419,91 @@ func (ix *Index) Verify() error {
 		}
 	}
 	return nil
+}
+
+// ReasonLost: the pool memory behind the blocks is gone (the device no
+// longer holds their chunk's capacity: the in-process virtual box died
+// with the daemon, or a device lost it), so their locations would point
+// at memory that is not theirs.
+const ReasonLost = "lost"
+
+// LoseChunks forgets chunks whose capacity the device no longer holds,
+// with every block in them, durably (one free record and the chunk
+// removals, in one batch), and announces it: Cleared (reason lost) when
+// nothing of the namespace is left, else Removed of those blocks. Pins and
+// reservations in them end with the blocks (their bytes are gone either
+// way); a session's later CHECK of such a block answers stale.
+func (ix *Index) LoseChunks(name string, ids []dcd.ChunkID) (blocks int, err error) {
+	ix.mu.Lock()
+	defer ix.mu.Unlock()
+	ns, err := ix.nsLocked(name)
+	if err != nil {
+		return 0, err
+	}
+	lost := map[*chunkState]bool{}
+	for _, id := range ids {
+		if c := ns.chunk(id); c != nil {
+			lost[c] = true
+		}
+	}
+	if len(lost) == 0 {
+		return 0, nil
+	}
+	var gone, visible []*block
+	var freed []uint64
+	for _, b := range ns.blocks {
+		if !lost[b.chunk] {
+			continue
+		}
+		gone = append(gone, b)
+		if b.state == stCommitted || b.state == stCommitting {
+			visible = append(visible, b)
+		}
+		if b.state != stReserved {
+			freed = append(freed, b.id) // the log may name it committed
+		}
+	}
+	slices.SortFunc(visible, func(a, b *block) int { return cmp.Compare(a.id, b.id) })
+	var rec []byte
+	if len(freed) > 0 {
+		rec = freeRecord(rec, ns.name, freed)
+	}
+	for c := range lost {
+		rec = jsonRecord(rec, recChunkRemove, chunkRecord{NS: name, ID: c.info.ID})
+	}
+	if err := ix.logWait(rec); err != nil {
+		return 0, err
+	}
+	for _, b := range gone {
+		if b.state == stReserved || b.state == stCommitting {
+			ns.reserved -= b.chunk.space.round(b.length)
+		}
+		ns.forget(b)
+		delete(ns.blocks, b.id)
+		if b.owner != nil {
+			delete(b.owner.reserved, b.id)
+		}
+		b.state = stZombie // a commit waiting on the log finds it gone
+	}
+	for _, s := range ix.sessions {
+		if s.ns != ns {
+			continue
+		}
+		for id, n := range s.pins {
+			if ns.blocks[id] == nil {
+				delete(s.pins, id)
+				s.npins -= n
+			}
+		}
+	}
+	ns.chunks = slices.DeleteFunc(ns.chunks, func(c *chunkState) bool { return lost[c] })
+	ns.evictions += uint64(len(visible))
+	if len(ns.keys) == 0 && !ns.deleting {
+		if ix.ev != nil && !ix.closed {
+			ix.ev.emit(Event{Kind: EventCleared, Namespace: name, Reason: ReasonLost})
+		}
+	} else {
+		ix.emitLocked(EventRemoved, ns, ReasonLost, visible)
+	}
+	return len(visible), nil
 }

@@ -386,7 +386,7 @@ func (c *conn) handle(req *wire.Request) *wire.Response {
 	case wire.OpPut:
 		items := make([]PutItem, len(req.Puts))
 		for i, p := range req.Puts {
-			items[i] = PutItem{Key: p.Key, Length: p.Length}
+			items[i] = PutItem{Key: p.Key, Length: p.Length, Seq: Seq{HasParent: p.HasParent, Parent: p.Parent, Tokens: p.Tokens}}
 		}
 		var res []PutResult
 		if res, err = s.Put(c.ctx, items); err == nil {

@@ -456,3 +456,72 @@ func (s *Service) Namespace(name string) (Namespace, error) { return s.Ix.Namesp
 
 // RunReaper reaps expired sessions every interval until ctx ends.
 func (s *Service) RunReaper(ctx context.Context, every time.Duration) { s.Ix.RunReaper(ctx, every) }
+
+// DropLost forgets, in every namespace, the chunks whose capacity no
+// host holds any more (the ledger has no active grant of them: reconcile
+// found the device without it, e.g. the in-process virtual box that died
+// with the daemon), with their blocks: their locations would point at
+// memory that is not theirs. Each is logged with why, announced (Cleared
+// when nothing of the namespace is left, else Removed, reason lost) and
+// then deleted from the ledger. Run at start after reconcile, before the
+// protocol servers; a namespace left without chunks grows again on its
+// next put.
+func (s *Service) DropLost(ctx context.Context) error {
+	var errs []error
+	for _, ns := range s.Ix.Namespaces() {
+		unlock := s.lock(ns.Name)
+		errs = append(errs, s.dropLostLocked(ctx, ns.Name))
+		unlock()
+	}
+	return errors.Join(errs...)
+}
+
+func (s *Service) dropLostLocked(ctx context.Context, name string) error {
+	ns, err := s.Ix.Namespace(name)
+	if err != nil {
+		return err
+	}
+	var lost []dcd.ChunkID
+	why := map[dcd.ChunkID]string{}
+	for _, c := range ns.Chunks {
+		gs, err := s.cfg.Capacity.Ledger().Grants(ctx, dcd.GrantFilter{Chunk: c.ID})
+		if err != nil {
+			return fmt.Errorf("kv: namespace %s: grants of chunk %d: %w", name, c.ID, err)
+		}
+		reason := "no host holds it"
+		held := false
+		for _, g := range gs {
+			held = held || g.State.Active()
+			if g.State == dcd.GrantLost && g.Reason != "" {
+				reason = g.Reason
+			}
+		}
+		if !held {
+			lost = append(lost, c.ID)
+			why[c.ID] = reason
+		}
+	}
+	if len(lost) == 0 {
+		return nil
+	}
+	n, err := s.Ix.LoseChunks(name, lost)
+	if err != nil {
+		return fmt.Errorf("kv: namespace %s: forgetting lost chunks: %w", name, err)
+	}
+	for _, id := range lost {
+		s.log.Error("kv: namespace chunk lost with its blocks: the device no longer holds its capacity",
+			"namespace", name, "chunk", id, "reason", why[id], "chunks_left", len(ns.Chunks)-len(lost))
+	}
+	s.log.Warn("kv: blocks dropped: the pool memory behind them is gone", "namespace", name, "blocks", n, "chunks", len(lost))
+	var errs []error
+	for _, id := range lost {
+		if err := s.unexportChunk(ctx, id); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		if err := s.freeChunk(ctx, id); err != nil {
+			errs = append(errs, fmt.Errorf("kv: lost chunk %d left the namespace but not the ledger: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}

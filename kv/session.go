@@ -129,6 +129,9 @@ func (s *Session) Stats() (Stats, uint64) {
 
 func (ix *Index) statsLocked(ns *nsState) Stats {
 	st := Stats{Blocks: uint64(len(ns.keys)), Used: ns.used, Reserved: ns.reserved, Capacity: ns.capacity(), Evictions: ns.evictions}
+	for _, c := range ns.chunks {
+		st.Free += c.space.size - c.space.used
+	}
 	for _, s := range ix.sessions {
 		if s.ns == ns {
 			st.Sessions++
@@ -141,11 +144,25 @@ func (b *block) loc() Block {
 	return Block{ID: b.id, Gen: b.gen, Chunk: b.chunk.info.ID, Tag: b.chunk.info.Tag, Offset: b.off, Length: b.length}
 }
 
-// PutItem asks for Length bytes under Key.
+// PutItem asks for Length bytes under Key; Seq is the block's place in
+// its token sequence, if the client told it.
 type PutItem struct {
 	Key    []byte
 	Length uint64
+	Seq    Seq
 }
+
+// Seq is a block's place in the token sequence it caches, as a client
+// tells it (wire FlagMeta) for a KV-aware router: the block hash of the
+// block it continues and its token count. The index keeps it with the
+// block and sends it in events; it never interprets it.
+type Seq struct {
+	HasParent bool   // Parent is set (false: a sequence's first block, or not told)
+	Parent    uint64 // the previous block's 64-bit block hash
+	Tokens    uint32 // tokens the block holds (0: not told)
+}
+
+func (q Seq) told() bool { return q.HasParent || q.Tokens != 0 }
 
 // Put reserves space for each item. A key already committed or being put
 // is ErrExists (the other writer wins). When the namespace is full it
@@ -184,6 +201,7 @@ func (s *Session) Put(ctx context.Context, items []PutItem) ([]PutResult, error)
 			short = append(short, i)
 			continue
 		}
+		b.seq = it.Seq
 		out[i].Block = b.loc()
 	}
 	for round := 0; len(short) > 0 && round < 4; round++ {
@@ -206,6 +224,7 @@ func (s *Session) Put(ctx context.Context, items []PutItem) ([]PutResult, error)
 				left = append(left, i)
 				continue
 			}
+			b.seq = items[i].Seq
 			out[i].Block = b.loc()
 		}
 		short = left
@@ -396,6 +415,11 @@ func (s *Session) Commit(ids []uint64) ([]error, error) {
 		}
 		b := bs[j]
 		j++
+		if ns.blocks[b.id] != b {
+			// Its chunk was lost meanwhile (LoseChunks): the bytes are gone.
+			out[i] = fmt.Errorf("kv: block %d: its chunk's capacity was lost: %w", b.id, ErrStale)
+			continue
+		}
 		size := b.chunk.space.round(b.length)
 		if err != nil {
 			// Not durable: still a reservation, unless the session went.
@@ -465,9 +489,11 @@ func (s *Session) Get(keys [][]byte, pin bool) ([]GetResult, error) {
 	for i, k := range keys {
 		b := ns.keys[string(k)]
 		if b == nil || b.state != stCommitted {
+			ns.misses++ // Hotness (hotness.go)
 			out[i].Err = fmt.Errorf("kv: key %x: %w", k, ErrNotFound)
 			continue
 		}
+		ns.hits++
 		if pin {
 			if len(s.reserved)+s.npins >= ix.cfg.MaxPerSession {
 				out[i].Err = fmt.Errorf("kv: session holds %d reservations and pins, the limit: %w", ix.cfg.MaxPerSession, ErrBusy)

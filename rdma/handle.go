@@ -76,6 +76,7 @@ type Handle struct {
 	size      uint64
 	expiry    int64 // unix ns; 0: never
 	clock     func() time.Time
+	observe   func(dpa, n uint64, write bool) // Config.CountAccess
 
 	g      gate
 	ctx    context.Context
@@ -196,7 +197,23 @@ func (h *Handle) Pin(dst [][]byte, off, n uint64, perm Perm) ([][]byte, error) {
 		h.writes.Add(1)
 		h.bytesWritten.Add(n)
 	}
+	if h.observe != nil {
+		h.count(off, n, perm != PermRead)
+	}
 	return dst, nil
+}
+
+// count tells observe the device ranges of export bytes [off, off+n).
+func (h *Handle) count(off, n uint64, write bool) {
+	for _, s := range h.segs {
+		end := s.off + uint64(len(s.b))
+		if n == 0 || off >= end {
+			continue
+		}
+		k := min(end-off, n)
+		h.observe(s.dpa+off-s.off, k, write)
+		off, n = off+k, n-k
+	}
 }
 
 // Hold is Pin without counting traffic, for a transport that pins to look
@@ -278,6 +295,9 @@ func (h *Handle) word(off uint64) (*uint64, error) {
 	if len(segs) != 1 || uintptr(unsafe.Pointer(&segs[0][0]))%8 != 0 {
 		h.Unpin()
 		return nil, ErrAlign
+	}
+	if h.observe != nil {
+		h.count(off, 8, true)
 	}
 	return (*uint64)(unsafe.Pointer(&segs[0][0])), nil
 }

@@ -61,6 +61,15 @@ type Config struct {
 	// (release, expiry, capacity change) delete it after. Close keeps the
 	// records.
 	Store Store
+	// CountAccess, if set, hears every READ and WRITE the transports
+	// serve through the CPU (the TCP transport; atomics count as 8-byte
+	// writes) as device address ranges, once per range an access
+	// touches: the virtual box feeds its CHMU with it, so that hot-page
+	// telemetry sees remote racks as it sees hosts. One-sided verbs
+	// accesses never reach it (the HCA moves those bytes); on hardware
+	// the device's CHMU counts both itself. It must be cheap and safe
+	// for concurrent use.
+	CountAccess func(dpa, n uint64, write bool)
 }
 
 // Service is the registry of exports. It creates them against the ledger,
@@ -208,6 +217,7 @@ func (s *Service) Create(ctx context.Context, r CreateRequest) (Export, error) {
 	if err != nil {
 		return Export{}, err
 	}
+	h.observe = s.cfg.CountAccess
 	for _, g := range granted {
 		h.grants = append(h.grants, g.ID)
 	}

@@ -148,6 +148,7 @@ func (s *Service) restore(ctx context.Context, r Record, now time.Time) (string,
 		return fmt.Sprintf("its bytes are no longer in the chunk's capacity (%v)", err), nil
 	}
 	h.grants = r.Grants
+	h.observe = s.cfg.CountAccess
 	return "", s.register(h)
 }
 

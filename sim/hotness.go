@@ -218,6 +218,14 @@ func (b *Box) countAccess(dpa uint64, n int, write bool) {
 	}
 }
 
+// CountAccess counts n bytes at device address dpa that something other
+// than a host moved (the export server's READs and WRITEs for remote
+// racks, rdma.Config.CountAccess): the CHMU sees them as the device would,
+// one access per line.
+func (b *Box) CountAccess(dpa, n uint64, write bool) {
+	b.countAccess(dpa, int(min(n, 1<<30)), write)
+}
+
 // StartWorkload starts (or replaces) host ld's synthetic workload. It
 // aims at whatever the host holds, following grants and releases; a host
 // holding nothing generates nothing. A head handed to an external host

@@ -2,7 +2,6 @@ package webui_test
 
 import (
 	"context"
-	"net/http"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,30 +19,9 @@ import (
 // stays reserved, held by nobody.
 func strandChunk(t *testing.T, env *apitest.Env) string {
 	t.Helper()
-	const chunks = "/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks"
-	r := env.Admin.Post(chunks, map[string]any{"MemoryChunkSizeMiB": 1024})
-	if r.Status != http.StatusCreated {
-		t.Fatalf("reserve: %s", r)
-	}
-	chunk := r.Header.Get("Location")
-	r = env.Admin.Post("/redfish/v1/Fabrics/CXL/Connections", map[string]any{
-		"MemoryChunkInfo": []map[string]any{{"MemoryChunk": map[string]any{"@odata.id": chunk}}},
-		"Links":           map[string]any{"InitiatorEndpoints": []map[string]any{{"@odata.id": "/redfish/v1/Fabrics/CXL/Endpoints/Host2"}}},
-	})
-	if r.Status != http.StatusAccepted {
-		t.Fatalf("connect: %s", r)
-	}
-	mon := r.Header.Get("Location")
+	chunk := reserve(t, env, 1024, false)
+	connect(t, env, chunk, "Host2")
 	deadline := time.Now().Add(30 * time.Second)
-	for r = env.Admin.Get(mon); r.Status == http.StatusAccepted; r = env.Admin.Get(mon) {
-		if time.Now().After(deadline) {
-			t.Fatal("connect task still running after 30 s")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	if r.Status != http.StatusCreated {
-		t.Fatalf("connect task: %s", r)
-	}
 	ctx := context.Background()
 	n, _ := strconv.Atoi(chunk[strings.LastIndex(chunk, "/")+1:])
 	ch, err := env.App.Ledger.Chunk(ctx, dcd.ChunkID(n))

@@ -282,7 +282,9 @@ func TestConsoleInBrowser(t *testing.T) {
 		b.wait("first heatmap frames", `Number((document.querySelector('#heat-frames') || {}).textContent) > 0`)
 		first := eval[int](b, `Number(document.querySelector('#heat-frames').textContent)`)
 		b.wait("the heatmap updates", fmt.Sprintf(`Number(document.querySelector('#heat-frames').textContent) > %d`, first+2))
-		b.wait("the heatmap drawn", `document.querySelector('#heatmap').width > 1`)
+		b.wait("the allocated heatmap drawn", `document.querySelector('#heat-groups canvas') && document.querySelector('#heat-groups canvas').width > 0`)
+		b.do("the whole pool", chromedp.Click(chromedp.CSS("#heat-view-pool")))
+		b.wait("the whole-pool heatmap drawn", `document.querySelector('#heatmap') && document.querySelector('#heatmap').width > 1`)
 		b.wait("hot units in the pool's top-K", `document.querySelector('table.topk[data-scope="-2"] tbody tr')`)
 	} else {
 		t.Log("heatmap step skipped: this build serves no TelemetryService (no telemetry stream mounted)")

@@ -140,6 +140,7 @@ func NewServer(t testing.TB, opts ...Options) *Env {
 		AdminPassword: AdminPassword, FirmwareVersion: "test-1.0", BcryptCost: bcrypt.MinCost,
 		PushRetryInterval: 10 * time.Millisecond, Exports: app.Exports, ExportAddr: app.ExportAddr,
 		Board: app.Board, KV: app.KV, KVEvents: app.SubscribeKVEvents, HostReports: app.HostReports,
+		History: app.History,
 	}
 	if app.Telemetry != nil { // a nil *appliance.Telemetry must stay a nil interface
 		cfg.Telemetry = app.Telemetry

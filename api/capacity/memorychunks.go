@@ -14,6 +14,7 @@ import (
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 	"cxlpool/dcd"
+	"cxlpool/fabric/cci"
 )
 
 // MemoryChunks: reservations of pool capacity. POST reserves (nothing is
@@ -304,6 +305,7 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 	regions := make([]string, 0, len(gs))
 	grants := make([]redfish.Obj, 0, len(gs))
 	offset, placed := uint64(math.MaxUint64), false
+	var extents []cci.Extent
 	for _, g := range gs {
 		endpoints = append(endpoints, pool.InitiatorURI(g.Host))
 		lds = append(lds, pool.LogicalDeviceURI(g.Host))
@@ -313,6 +315,7 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 			for _, e := range g.Extents {
 				offset, placed = min(offset, e.DPA), true
 			}
+			extents = append(extents, g.Extents...)
 		}
 	}
 	oem := redfish.Obj{
@@ -324,6 +327,9 @@ func (s *Server) chunkBody(v *poolView, p *redfish.Principal, ch dcd.Chunk) redf
 	}
 	if ch.Name != "" {
 		oem["Name"] = ch.Name
+	}
+	if placed {
+		oem["Extents"] = extentsBody(extents) // chunkextents.go
 	}
 	if h, ok := s.capacity.owner(ch); ok && p.CanSeeHost(redfish.HostID(h)) {
 		oem["Owner"] = pool.SystemID(h)

@@ -16,12 +16,18 @@ import (
 // namespace and whose arguments are the namespace's URI and the change:
 //
 //	"BlockStored 42,18234..."    blocks committed (their 64-bit block hashes, kv.KeyHash)
+//	"BlockStored 43,44 parent=42 tokens=256,256"
+//	                             the same, for blocks whose clients told their sequence (kv.Seq):
+//	                             the hash the first continues, each block's token count
 //	"BlockRemoved 42"            blocks deleted, evicted or shrunk away
 //	"AllBlocksCleared"           every block of the namespace is gone
 //
 // The hashes are the decimal numbers the fleet plane's RouterEvent
-// carries for the same blocks; a large change is split into messages of
-// at most kvEventHashes hashes, in order.
+// carries for the same blocks; one BlockStored is one chain (kv.Event);
+// a large change is split into messages of at most kvEventHashes
+// hashes, in order (a chain's next message has the last hash before it
+// as its parent). parent= is left out when there is none, tokens= when
+// no block of the message has a count (a 0 in the list: not told).
 const (
 	MsgKVStateChanged = "ResourceEvent.ResourceStateChanged"
 	kvEventHashes     = 64
@@ -81,9 +87,11 @@ func kvEvents(e kv.Event) []redfish.Event {
 		return nil
 	}
 	var out []redfish.Event
+	parent := e.Parent
 	for bs := range slices.Chunk(e.Blocks, kvEventHashes) {
 		var b strings.Builder
 		b.WriteString(word)
+		tokens := false
 		for i, blk := range bs {
 			if i == 0 {
 				b.WriteByte(' ')
@@ -91,6 +99,25 @@ func kvEvents(e kv.Event) []redfish.Event {
 				b.WriteByte(',')
 			}
 			b.WriteString(strconv.FormatUint(blk.Hash, 10))
+			tokens = tokens || blk.Tokens != 0
+		}
+		if e.Kind == kv.EventStored {
+			if parent != nil {
+				b.WriteString(" parent=" + strconv.FormatUint(*parent, 10))
+			}
+			if tokens {
+				for i, blk := range bs {
+					if i == 0 {
+						b.WriteString(" tokens=")
+					} else {
+						b.WriteByte(',')
+					}
+					b.WriteString(strconv.FormatUint(uint64(blk.Tokens), 10))
+				}
+			}
+			if last := bs[len(bs)-1].Hash; parent != nil || tokens {
+				parent = &last // the chain goes on in the next message
+			}
 		}
 		out = append(out, one(b.String()))
 	}

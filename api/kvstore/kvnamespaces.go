@@ -161,7 +161,7 @@ func kvBody(ns kv.Namespace) redfish.Obj {
 		"Created":      ns.Created.UTC().Format(time.RFC3339),
 		"Chunks":       chunks,
 		"Stats": redfish.Obj{
-			"Blocks": ns.Stats.Blocks, "UsedBytes": ns.Stats.Used, "ReservedBytes": ns.Stats.Reserved,
+			"Blocks": ns.Stats.Blocks, "UsedBytes": ns.Stats.Used, "ReservedBytes": ns.Stats.Reserved, "FreeBytes": ns.Stats.Free,
 			"CapacityMiB": ns.Stats.Capacity >> 20, "Evictions": ns.Stats.Evictions, "Sessions": ns.Stats.Sessions,
 		},
 		"Systems": systems,

@@ -60,5 +60,8 @@ func (s *Server) manager(p *redfish.Principal) redfish.Obj {
 	s.managerSettings(o) // managerpatch.go: clock, image slots, Reset
 	// consistency.go: the CxlPool.CheckConsistency action
 	s.addConsistencyAction(o, p)
+	if s.cfg.FleetStatus != nil {
+		s.cfg.FleetStatus(o) // api/fleetview: Warning while the box is not in its fleet
+	}
 	return o
 }

@@ -63,6 +63,9 @@ type Config struct {
 	// Pool is what the Manager's resources read of the capacity ones
 	// (api/capacity), registered before them.
 	Pool Pool
+	// FleetStatus adds the fleet plane's Condition to the Manager
+	// (api/fleetview). Nil: none.
+	FleetStatus func(o redfish.Obj)
 	// BundleSettings is the assembly's policy and the features it was
 	// given, as the support bundle's config.json shows them (limits,
 	// lockout, push policy, which dependencies are set).

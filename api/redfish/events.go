@@ -265,7 +265,7 @@ type subscriptionCreate struct {
 	Context          string   `json:"Context"`
 	SubscriptionType string   `json:"SubscriptionType" enum:"RedfishEvent"`
 	EventFormatType  string   `json:"EventFormatType" enum:"Event"`
-	RegistryPrefixes []string `json:"RegistryPrefixes" enum:"Base|ResourceEvent|TaskEvent"`
+	RegistryPrefixes []string `json:"RegistryPrefixes" enum:"Base|ResourceEvent|TaskEvent|Telemetry"`
 	MessageIds       []string `json:"MessageIds"`
 	ID               string   `json:"Id" rf:"readonly"`
 	Name             string   `json:"Name" rf:"readonly"`
@@ -337,7 +337,7 @@ func (s *Service) eventService() Obj {
 		"DeliveryRetryAttempts":        s.cfg.PushRetryAttempts,
 		"DeliveryRetryIntervalSeconds": int(s.cfg.PushRetryInterval / time.Second),
 		"EventFormatTypes":             []string{"Event"},
-		"RegistryPrefixes":             []string{"Base", "ResourceEvent", "TaskEvent"},
+		"RegistryPrefixes":             []string{"Base", "ResourceEvent", "TaskEvent", "Telemetry"},
 		"ServerSentEventUri":           sseURI,
 		"SSEFilterPropertiesSupported": Obj{"EventFormatType": false, "MessageId": false, "MetricReportDefinition": false,
 			"OriginResource": false, "RegistryPrefix": false, "ResourceType": false, "SubordinateResources": false},
@@ -478,6 +478,15 @@ func (s *Service) serveSSE(c echo.Context) error {
 	res.Flush()
 	keepalive := time.NewTicker(30 * time.Second)
 	defer keepalive.Stop()
+	send := func(ev Event) bool {
+		if len(replay) > 0 && ev.ID <= replay[len(replay)-1].ID {
+			return true // already sent in the replay
+		}
+		if !s.auth.Valid(p) {
+			return false // checked again per event: never one after the principal changed
+		}
+		return s.writeSSE(res, p, ev) == nil
+	}
 	for {
 		select {
 		case <-alive.Done():
@@ -488,20 +497,26 @@ func (s *Service) serveSSE(c echo.Context) error {
 			}
 			return nil
 		case <-s.streams:
-			return nil
+			// The service stops: what was published before goes out first
+			// (a clean stop's last events reach the client).
+			for {
+				select {
+				case ev := <-ch:
+					if !send(ev) {
+						return nil
+					}
+				default:
+					res.Flush()
+					return nil
+				}
+			}
 		case <-keepalive.C:
 			if _, err := fmt.Fprint(res, ": keepalive\n\n"); err != nil {
 				return nil
 			}
 			res.Flush()
 		case ev := <-ch:
-			if len(replay) > 0 && ev.ID <= replay[len(replay)-1].ID {
-				continue // already sent in the replay
-			}
-			if !s.auth.Valid(p) {
-				return nil // checked again per event: never one after the principal changed
-			}
-			if err := s.writeSSE(res, p, ev); err != nil {
+			if !send(ev) {
 				return nil
 			}
 			res.Flush()

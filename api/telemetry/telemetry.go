@@ -181,32 +181,48 @@ func (s *Server) telemetryRoutes() {
 		}
 		return s.WriteResource(c, http.StatusOK, d)
 	}))
-	s.Handle(http.MethodGet, reportDefinitionsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+	// The reports and definitions are the CHMU's and the history's
+	// (metrichistory.go); either may be missing.
+	s.Handle(http.MethodGet, reportDefinitionsURI, redfish.PrivLogin, t.enabledOrHistory(func(c echo.Context) error {
 		return s.WriteCollection(c, redfish.Collection{ODataID: reportDefinitionsURI,
 			ODataType: "#MetricReportDefinitionCollection.MetricReportDefinitionCollection",
-			Name:      "Metric Report Definitions", Members: t.members(redfish.PrincipalOf(c), reportDefinitionsURI),
+			Name:      "Metric Report Definitions", Members: t.allMembers(redfish.PrincipalOf(c), reportDefinitionsURI),
 			Expand: func(uri string) (any, error) {
 				id, _ := pool.RefID(uri, reportDefinitionsURI)
+				if s.isHistoryReport(id) {
+					return s.historyDefinition(c.Request().Context(), id), nil
+				}
 				return t.definition(id), nil
 			}})
 	}))
-	s.Handle(http.MethodGet, reportDefinitionsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, reportDefinitionsURI+"/:id", redfish.PrivLogin, t.historyOr(s.serveHistoryDefinition, func(c echo.Context) error {
 		id := c.Param("id")
 		if !t.visible(redfish.PrincipalOf(c), id) {
 			return redfish.ErrResourceNotFound("MetricReportDefinition", id)
 		}
 		return s.WriteResource(c, http.StatusOK, t.definition(id))
 	}))
-	s.Handle(http.MethodGet, metricReportsURI, redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, metricReportsURI, redfish.PrivLogin, t.enabledOrHistory(func(c echo.Context) error {
 		p := redfish.PrincipalOf(c)
+		// A collection's expansion is the default hour of each history report.
+		var w historyWindow
+		if s.cfg.History != nil {
+			var err error
+			if w, err = s.historyWindow(c); err != nil {
+				return err
+			}
+		}
 		return s.WriteCollection(c, redfish.Collection{ODataID: metricReportsURI, ODataType: "#MetricReportCollection.MetricReportCollection",
-			Name: "Metric Reports", Members: t.members(p, metricReportsURI),
+			Name: "Metric Reports", Members: t.allMembers(p, metricReportsURI),
 			Expand: func(uri string) (any, error) {
 				id, _ := pool.RefID(uri, metricReportsURI)
+				if s.isHistoryReport(id) {
+					return s.historyReportBody(c.Request().Context(), p, id, w)
+				}
 				return t.report(c.Request().Context(), id)
 			}})
 	}))
-	s.Handle(http.MethodGet, metricReportsURI+"/:id", redfish.PrivLogin, t.enabled(func(c echo.Context) error {
+	s.Handle(http.MethodGet, metricReportsURI+"/:id", redfish.PrivLogin, t.historyOr(s.serveHistoryReport, func(c echo.Context) error {
 		id := c.Param("id")
 		if !t.visible(redfish.PrincipalOf(c), id) {
 			return redfish.ErrResourceNotFound("MetricReport", id)
@@ -230,6 +246,38 @@ func (t *telemetryAPI) enabled(h echo.HandlerFunc) echo.HandlerFunc {
 		}
 		return h(c)
 	}
+}
+
+// enabledOrHistory serves a collection the CHMU and the history share:
+// 503 ServiceDisabled only when there is neither.
+func (t *telemetryAPI) enabledOrHistory(h echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if t.tel == nil && t.s.cfg.History == nil {
+			return errTelemetryDisabled()
+		}
+		return h(c)
+	}
+}
+
+// historyOr serves the history's report or definition ids with hist and
+// the CHMU's with h (503 while there is no CHMU).
+func (t *telemetryAPI) historyOr(hist func(echo.Context, string) error, h echo.HandlerFunc) echo.HandlerFunc {
+	chmu := t.enabled(h)
+	return func(c echo.Context) error {
+		if id := c.Param("id"); t.s.isHistoryReport(id) {
+			return hist(c, id)
+		}
+		return chmu(c)
+	}
+}
+
+// allMembers are the CHMU's members (if any) and the history's.
+func (t *telemetryAPI) allMembers(p *redfish.Principal, base string) []string {
+	var out []string
+	if t.tel != nil {
+		out = t.members(p, base)
+	}
+	return append(out, t.s.historyMembers(p, base)...)
 }
 
 func errTelemetryDisabled() *redfish.Error {
@@ -295,6 +343,7 @@ func (t *telemetryAPI) service(p *redfish.Principal) redfish.Obj {
 		"Name":        "Telemetry Service",
 		"Description": "Hot pages of the pool from the CXL Hotness Monitoring Unit",
 	}
+	t.s.historyServiceLinks(o) // metrichistory.go, triggers.go
 	if t.tel == nil {
 		o["ServiceEnabled"] = false
 		o["Status"] = redfish.Obj{"State": "Disabled", "Health": "OK"}

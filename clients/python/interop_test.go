@@ -6,6 +6,7 @@ package python
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"fmt"
 	"net"
 	"os"
@@ -14,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
 	"cxlpool/fabric/cci"
@@ -68,8 +70,10 @@ func TestInterop(t *testing.T) {
 	if err := f.Truncate(interopChunk); err != nil {
 		t.Fatal(err)
 	}
+	events := make(chan kv.Event, 64)
 	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: dir, NoSync: true,
-		NewEvictor: func(string) kv.Evictor { return policy{evict.NewHot(nil, time.Now)} }})
+		NewEvictor: func(string) kv.Evictor { return policy{evict.NewHot(nil, time.Now)} },
+		Events:     func(_ context.Context, e kv.Event) { events <- e }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,4 +147,31 @@ assert c.put("py-block", data)
 	}
 	must(gc.Put(ctx, []byte("go-block"), []byte("from go")))
 	pyRun(`assert bytes(c.get(b"go-block")) == b"from go"`)
+
+	// A chain's sequence told by Python (PUT with META) comes out in the
+	// index's Stored event: parent hash and token counts.
+	for len(events) > 0 {
+		<-events
+	}
+	pyRun(`
+k = lambda h: h.to_bytes(8, "big")
+assert c.batched_put([k(41), k(42)], [b"x" * 10, b"y" * 20], parents=[7, 41], tokens=[16, 32]) == [True, True]
+assert c.put(k(50), b"z", tokens=4)
+`)
+	p7 := uint64(7)
+	h := func(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+	wantEv := []kv.Event{
+		{Kind: kv.EventStored, Namespace: "llama", Parent: &p7, Blocks: []kv.EventBlock{{Key: h(41), Length: 10, Hash: 41, Tokens: 16}, {Key: h(42), Length: 20, Hash: 42, Tokens: 32}}},
+		{Kind: kv.EventStored, Namespace: "llama", Blocks: []kv.EventBlock{{Key: h(50), Length: 1, Hash: 50, Tokens: 4}}},
+	}
+	for i, w := range wantEv {
+		select {
+		case e := <-events:
+			if diff := cmp.Diff(w, e); diff != "" {
+				t.Errorf("event %d of Python's puts (-want +got):\n%s", i, diff)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatalf("no event %d for Python's puts", i)
+		}
+	}
 }

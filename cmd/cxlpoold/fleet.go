@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cxlpool/api"
 	"cxlpool/api/redfish"
 	"cxlpool/appliance"
 	"cxlpool/fleet"
@@ -20,7 +21,8 @@ import (
 // fleetFlags are the fleet plane's flags.
 type fleetFlags struct {
 	servers, creds, ca, clientListen, clusterListen, routes, secret *string
-	ttl                                                             *time.Duration
+	cert, key                                                       *string
+	ttl, retryMax                                                   *time.Duration
 	replicas                                                        *int
 }
 
@@ -29,6 +31,8 @@ func addFleetFlags(fs *flag.FlagSet) fleetFlags {
 		servers: fs.String("fleet", "", "fleet plane: empty runs an embedded NATS server with JetStream in the data directory; nats://a,nats://b (or tls://) joins that cluster (needs --fleet-creds); off: no fleet plane"),
 		creds:   fs.String("fleet-creds", "", "credentials for an external fleet cluster: a NATS .creds file, an nkey seed or USER:PASSWORD (mode 0600)"),
 		ca:      fs.String("fleet-ca", "", "CA bundle verifying the fleet servers' TLS certificates (tls:// URLs)"),
+		cert:    fs.String("fleet-cert", "", "the box's client certificate (PEM) for fleet servers that verify clients (with --fleet-key)"),
+		key:     fs.String("fleet-key", "", "the key of --fleet-cert (PEM, mode 0600)"),
 		clientListen: fs.String("fleet-client-listen", "127.0.0.1:4222",
 			"embedded fleet server: client address (loopback unless you mean others to connect; port 0 picks one)"),
 		clusterListen: fs.String("fleet-listen", "", "embedded fleet server: form a NATS cluster among boxes, routes listening on this address (needs --fleet-cluster-secret)"),
@@ -36,6 +40,7 @@ func addFleetFlags(fs *flag.FlagSet) fleetFlags {
 		secret:        fs.String("fleet-cluster-secret", "", "file with the secret every box of the cluster shares (routes authenticate with it; mode 0600)"),
 		ttl:           fs.Duration("fleet-ttl", 30*time.Second, "how long the box's inventory record outlives its last heartbeat (heartbeats every third of it)"),
 		replicas:      fs.Int("fleet-replicas", 1, "replicas of the fleet's bucket and streams (3 on a three-node cluster)"),
+		retryMax:      fs.Duration("fleet-retry-max", 30*time.Second, "the box joins the fleet in the background, retrying with backoff up to this interval"),
 	}
 }
 
@@ -43,8 +48,11 @@ func (f fleetFlags) config(apiURL string) (appliance.FleetConfig, error) {
 	if *f.servers == "off" {
 		return appliance.FleetConfig{}, nil
 	}
-	c := appliance.FleetConfig{Enabled: true, CredsFile: *f.creds, CAFile: *f.ca, Listen: *f.clientListen,
-		ClusterListen: *f.clusterListen, ClusterSecretFile: *f.secret, API: apiURL, TTL: *f.ttl, Replicas: *f.replicas}
+	c := appliance.FleetConfig{Enabled: true, CredsFile: *f.creds, CAFile: *f.ca, CertFile: *f.cert, KeyFile: *f.key, Listen: *f.clientListen,
+		ClusterListen: *f.clusterListen, ClusterSecretFile: *f.secret, API: apiURL, TTL: *f.ttl, Replicas: *f.replicas, RetryMax: *f.retryMax}
+	if *f.retryMax <= 0 {
+		return c, errors.New("--fleet-retry-max: above zero")
+	}
 	if *f.ttl < 3*time.Second {
 		return c, errors.New("--fleet-ttl: at least 3s (the heartbeat is a third of it)")
 	}
@@ -58,9 +66,22 @@ func (f fleetFlags) config(apiURL string) (appliance.FleetConfig, error) {
 		if *f.creds == "" {
 			return c, errors.New("--fleet: an external cluster needs --fleet-creds (the fleet plane takes no anonymous client)")
 		}
+		if (*f.cert == "") != (*f.key == "") {
+			return c, errors.New("--fleet-cert and --fleet-key go together")
+		}
+		if *f.key != "" {
+			if st, err := os.Stat(*f.key); err != nil {
+				return c, fmt.Errorf("--fleet-key: %w", err)
+			} else if st.Mode().Perm()&0o077 != 0 {
+				return c, fmt.Errorf("--fleet-key: %s is readable by others (mode %#o): chmod 600 it", *f.key, st.Mode().Perm())
+			}
+		}
 		if *f.clusterListen != "" {
 			return c, errors.New("--fleet-listen forms a cluster of embedded servers; it does not go with --fleet URLs")
 		}
+	}
+	if *f.servers == "" && (*f.cert != "" || *f.ca != "") {
+		return c, errors.New("--fleet-ca, --fleet-cert and --fleet-key are for an external cluster (--fleet tls://...)")
 	}
 	if *f.routes != "" {
 		c.Routes = strings.Split(*f.routes, ",")
@@ -94,6 +115,29 @@ func (f *fleetEvents) publish(ev redfish.Event) {
 	}
 	svc.PublishRedfish(fleet.RedfishEvent{MessageID: ev.MessageKey, Args: ev.Args, Origin: ev.Origin,
 		Host: host, Resolution: ev.Resolution, Time: ev.Time})
+}
+
+// fleetView is the API's view of the appliance's plane (api.FleetView).
+// It reads app.Fleet when asked: the API serves only after Start, which
+// sets it.
+type fleetView struct{ app *appliance.Appliance }
+
+func (v fleetView) FleetStatus() api.FleetStatus {
+	f := v.app.Fleet
+	if f == nil { // a build without the embedded server: the plane is off
+		return api.FleetStatus{State: api.FleetOff}
+	}
+	st := f.State()
+	return api.FleetStatus{State: st.State, Box: string(st.Box), Servers: st.Servers, Embedded: st.Embedded,
+		LastError: st.LastError, Attempts: st.Attempts, Since: st.Since, Next: st.Next, Queued: st.Queued, Dropped: st.Dropped}
+}
+
+func (v fleetView) FleetBoxes(ctx context.Context) ([]fleet.Inventory, error) {
+	f := v.app.Fleet
+	if f == nil || f.Plane() == nil {
+		return nil, api.ErrFleetNotJoined
+	}
+	return f.Plane().Boxes(ctx)
 }
 
 // aggregatorFlags register the box with a Redfish aggregator.

@@ -29,6 +29,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	listen := fs.String("listen", "127.0.0.1:8443", "API listen address")
 	plainHTTP := fs.Bool("http", false, "serve the API over plain HTTP instead of TLS (development only)")
 	exportListen := fs.String("export-listen", "", "serve exported pool memory to remote racks on this TCP address (empty: off)")
+	exportRDMA := addExportRDMAFlag(fs) // export_rdma.go
 	kvListen := fs.String("kv-listen", "", "serve the KV-cache store's index protocol to hosts on this TCP address (empty: off)")
 	kvSocket := fs.String("kv-socket", "", "serve the KV-cache store's index protocol on this unix socket (empty: off)")
 	daxPath := fs.String("dax", "", "DAX device that maps the pool's memory for exports on hardware (the virtual box needs none)")
@@ -103,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	app, err := appliance.Open(ctx, appliance.Config{
 		Device: *device, DataDir: *data, Listen: *listen, Sim: scfg, Logger: log,
 		AddTimeout: *addTimeout, ReleaseTimeout: *releaseTimeout,
-		ExportListen: *exportListen, DAXPath: *daxPath,
+		ExportListen: *exportListen, DAXPath: *daxPath, ExportRDMA: *exportRDMA,
 		KVListen: *kvListen, KVSocket: *kvSocket,
 		CHMU: *chmuLoc, SimWorkload: workload, Fleet: fleetCfg,
 	})
@@ -158,12 +159,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		KV:          app.KV,
 		KVEvents:    app.SubscribeKVEvents,
 		Telemetry:   tel,
+		History:     app.History, // appliance/history.go: history and alerts
 		Board:       app.Board,
 		HostReports: app.HostReports, // what host agents report; a release waits while they say in use
 		LocalCXL:    localCXL(),      // image.go
 		// The check after reconcile; violations become an event.
 		StartCheck: app.StartCheck,
 		OnEvent:    fev.publish, // fleet.go
+	}
+	if fleetCfg.Enabled {
+		acfg.Fleet = fleetView{app} // fleet.go
 	}
 	if upd := imageUpdater(log); upd != nil {
 		acfg.Update, acfg.Reboot = upd, reboot
@@ -204,7 +209,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	st.done(log)
 	registerAggregator(ctx, aggCfg, log.With("component", "fleet")) // fleet.go
-	if err := srv.Serve(ctx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
+	// On a stop the KV store's last block events reach the fleet plane and
+	// the API's event streams before the API closes them.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-serveCtx.Done():
+			return
+		}
+		qctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		if err := app.QuiesceKV(qctx); err != nil {
+			log.Warn("kv: events not all delivered before the stop", "err", err)
+		}
+		cancel()
+		stopServing()
+	}()
+	if err := srv.Serve(serveCtx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "cxlpoold: stopping")

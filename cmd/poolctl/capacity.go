@@ -123,6 +123,9 @@ type statusOut struct {
 	Connections    int         `json:"connections"`
 	Regions        []regionOut `json:"regions"`
 	Device         *deviceOut  `json:"device,omitempty"`
+
+	// Fleet is the box's fleet plane (fleetstatus.go); nil: none.
+	Fleet *fleetStatusOut `json:"fleet,omitempty"`
 }
 
 func optBytes(mib *uint64) *uint64 {
@@ -186,6 +189,9 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	} else if s := client.StatusOf(err); s != http.StatusNotFound && s != http.StatusForbidden {
 		return explain(err)
 	}
+	if out.Fleet, err = boxFleet(ctx, c); err != nil {
+		return explain(err)
+	}
 	if a.g.json {
 		return a.printJSON(out)
 	}
@@ -220,6 +226,9 @@ func cmdStatus(ctx context.Context, a *app, args []string) error {
 	if d := out.Device; d != nil {
 		fmt.Fprintf(tw, "Device:\t%s %s, health %s (model %s, serial %s, firmware %s)\n", lastSegment(d.URI),
 			orDash(d.State), orDash(d.Health), orDash(d.Model), orDash(d.Serial), orDash(d.Firmware))
+	}
+	if out.Fleet != nil {
+		fmt.Fprintf(tw, "Fleet:\t%s\n", out.Fleet)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -31,8 +31,10 @@ func cmdFleet(ctx context.Context, a *app, args []string) error {
 		return fleetList(ctx, a, sub, args)
 	case "place":
 		return fleetPlace(ctx, a, args)
+	case "events":
+		return fleetEvents(ctx, a, args) // fleetevents.go
 	}
-	return usagef("fleet: unknown subcommand %q (boxes, hosts, free, place)", sub)
+	return usagef("fleet: unknown subcommand %q (boxes, hosts, free, place, events)", sub)
 }
 
 // fleetFlags are the plane's address and credentials.

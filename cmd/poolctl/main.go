@@ -241,7 +241,7 @@ func commands() []command {
 		{"watch", "[--count N] [--after EVENT_ID]", "print events as they happen, each with its event id (Ctrl-C stops)", cmdWatch},
 		{"accounts", "[list | add NAME --role ROLE [--system HostN] [--temporary] | remove NAME | unlock NAME]", "manage accounts (administrators)", cmdAccounts},
 		{"host", "[list | attach SIZE [--name N] [--shared NAME] | detach TAG [--wait] [--force]] [--agent SOCKET]", "on a host: attach pool memory through the local agent (cxlhost) and print how to map it", cmdHost},
-		{"fleet", "[boxes | hosts | free | place HOST|BOX/HOST SIZE] [--nats URLS --creds FILE]", "the fleet of boxes on NATS: records, hosts, free capacity; which box can give a host SIZE", cmdFleet},
+		{"fleet", "[boxes | hosts | free | place HOST|BOX/HOST SIZE | events [--from SEQ|--since T] [--follow]] [--nats URLS --creds FILE]", "the fleet of boxes on NATS: records, hosts, free capacity; which box can give a host SIZE; the event stream", cmdFleet},
 		{"export", "[list | create CHUNK --client NAME | revoke ID | bench --export ID --token T]", "export chunks to remote racks over the network (administrators, operators); measure an export", cmdExport},
 		{"kv", "[list | show NAME | create NAME --hosts HostN,… [--chunk SIZE] [--quota SIZE] | resize NAME QUOTA | join NAME HostN | leave NAME HostN | delete NAME | export NAME --client RACK | unexport NAME]", "KV-cache namespaces in shared pool memory (changes: administrators, operators)", cmdKV},
 	}

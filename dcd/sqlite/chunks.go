@@ -17,7 +17,7 @@ import (
 // filled in.
 func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error) {
 	err := l.tx(ctx, func(tx *Tx) error {
-		r, err := scanRegion(tx.QueryRowContext(ctx, `SELECT `+regionColumns+` FROM regions WHERE idx = ?`, c.Region))
+		r, err := scanRegion(tx.QueryRowContext(ctx, qRegion, c.Region))
 		if errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("unknown region: %w", dcd.ErrInvalid)
 		}
@@ -32,14 +32,18 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 			// not possible there.
 			return fmt.Errorf("region is not sharable: %w: %w", dcd.ErrNotSharable, dcd.ErrInvalid)
 		}
-		free, err := regionFree(ctx, tx, r)
+		busy, orphans, err := busySpans(ctx, tx, r)
+		if err != nil {
+			return err
+		}
+		free, err := regionFree(ctx, tx, r, orphans)
 		if err != nil {
 			return err
 		}
 		if c.Size > free {
 			return fmt.Errorf("%d bytes free in the region: %w", free, dcd.ErrNoCapacity)
 		}
-		spans, err := place(ctx, tx, r, c.Size)
+		spans, err := place(r, c.Size, busy)
 		if err != nil {
 			return err
 		}
@@ -55,7 +59,7 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 			}
 		}
 		c.Created = l.now()
-		res, err := tx.ExecContext(ctx, `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`,
+		res, err := tx.ExecContext(ctx, qInsertChunk,
 			c.Name, c.Region, i64(c.Size), c.Tag[:], boolInt(c.Sharable), unixNano(c.Created))
 		if err != nil {
 			return err
@@ -75,28 +79,16 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 }
 
 // regionFree is the region's length minus its live chunks and the orphaned
-// extents that fall inside it (orphaned capacity is never handed out).
-func regionFree(ctx context.Context, tx *Tx, r dcd.Region) (uint64, error) {
+// extents that fall inside it (orphaned capacity is never handed out);
+// orphans are the orphaned extents (busySpans reads them).
+func regionFree(ctx context.Context, tx *Tx, r dcd.Region, orphans []span) (uint64, error) {
 	var reserved int64
-	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`,
-		r.Index).Scan(&reserved); err != nil {
+	if err := tx.QueryRowContext(ctx, qReserved, r.Index).Scan(&reserved); err != nil {
 		return 0, fmt.Errorf("reserved capacity: %w", err)
 	}
 	used := u64(reserved)
-	rows, err := tx.QueryContext(ctx, `SELECT dpa, length FROM orphan_extents`)
-	if err != nil {
-		return 0, fmt.Errorf("orphaned capacity: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var dpa, length int64
-		if err := rows.Scan(&dpa, &length); err != nil {
-			return 0, fmt.Errorf("orphaned capacity: %w", err)
-		}
-		used = addSat(used, overlap(u64(dpa), u64(length), r.Base, r.Length))
-	}
-	if err := rows.Err(); err != nil {
-		return 0, fmt.Errorf("orphaned capacity: %w", err)
+	for _, o := range orphans {
+		used = addSat(used, overlap(o.dpa, o.length, r.Base, r.Length))
 	}
 	if used >= r.Length {
 		return 0, nil
@@ -226,6 +218,15 @@ func (l *Ledger) Chunks(ctx context.Context) ([]dcd.Chunk, error) {
 // grants keep their history and its tag is never issued again.
 func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
 	err := l.tx(ctx, func(tx *Tx) error {
+		// The common case in one statement; only a delete it refuses
+		// reads why (the chunk is unknown, or has active grants).
+		res, err := tx.ExecContext(ctx, qDeleteChunk, unixNano(l.now()), id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil || n == 1 {
+			return err
+		}
 		if _, err := getChunk(ctx, tx, id); err != nil {
 			return err
 		}
@@ -237,8 +238,9 @@ func (l *Ledger) DeleteChunk(ctx context.Context, id dcd.ChunkID) error {
 		if active > 0 {
 			return fmt.Errorf("%d active grants: %w", active, dcd.ErrConflict)
 		}
-		_, err := tx.ExecContext(ctx, `UPDATE chunks SET deleted = ? WHERE id = ?`, unixNano(l.now()), id)
-		return err
+		// Live and without active grants, yet not deleted: impossible
+		// inside one transaction.
+		return errors.New("chunk is live with no active grant but was not deleted")
 	})
 	if err != nil {
 		return fmt.Errorf("ledger: delete chunk %d: %w", id, err)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"cxlpool/dcd"
@@ -39,10 +40,11 @@ func (l *Ledger) BeginGrantStaged(ctx context.Context, chunk dcd.ChunkID, host d
 			// a re-run would insert another. Fail and let it undo.
 			return errRetryAfterChecked
 		}
-		c, h, holders, err := admit(ctx, tx, chunk, host)
+		a, err := admitIntent(ctx, tx, chunk, host)
 		if err != nil {
 			return err
 		}
+		c, holders := a.chunk, a.holders
 		if len(c.Extents) == 0 && holders == 0 {
 			// Reserved before chunks were placed: place it now, so
 			// its add is prescriptive like every other.
@@ -50,16 +52,8 @@ func (l *Ledger) BeginGrantStaged(ctx context.Context, chunk dcd.ChunkID, host d
 				return err
 			}
 		}
-		quota, err := effectiveQuota(ctx, tx, h) // its own, else the default
-		if err != nil {
-			return err
-		}
-		if quota > 0 {
-			var held int64
-			if err := tx.QueryRowContext(ctx, qHostHeld, host).Scan(&held); err != nil {
-				return err
-			}
-			if used := u64(held); c.Size > quota || used > quota-c.Size {
+		if quota := a.quota; quota > 0 {
+			if used := a.held; c.Size > quota || used > quota-c.Size {
 				return fmt.Errorf("host holds %d of %d bytes, chunk needs %d: %w", used, quota, c.Size, dcd.ErrQuotaExceeded)
 			}
 		}
@@ -173,6 +167,93 @@ func admit(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID) (dcd
 			holders[0].host, holders[0].id, dcd.ErrNotSharable, dcd.ErrConflict)
 	}
 	return c, h, len(holders), nil
+}
+
+// intentAdmission is what the intent's transaction reads before it
+// inserts: the chunk with its placement, how many active grants it has,
+// the host's effective quota and what the host holds.
+type intentAdmission struct {
+	chunk   dcd.Chunk
+	holders int
+	quota   uint64 // 0: no limit
+	held    uint64
+}
+
+// admitIntent applies admit's rules and reads the chunk's placement, the
+// host's quota and its holding in one statement (qAdmit) instead of the
+// eight the separate lookups take: the intent's transaction is the part of
+// a grant that queues for the single writer and comes before its fsync,
+// so every statement in it is latency every grant pays. Whenever the rules
+// refuse (or a row is missing) it asks admit, whose answer names the
+// exact cause, so the errors are those of the separate lookups.
+func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID) (intentAdmission, error) {
+	var a intentAdmission
+	var size, created, hostQuota, pool, heads, held int64
+	var tag []byte
+	var meta, placement sql.NullString
+	var holders, mine int
+	err := tx.QueryRowContext(ctx, qAdmit, chunk, host).Scan(
+		&a.chunk.ID, &a.chunk.Name, &a.chunk.Region, &size, &tag, &a.chunk.Sharable, &created,
+		&hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (mine > 0 || holders > 0 && !a.chunk.Sharable) {
+		// Unknown chunk or host, or a conflict: admit says which.
+		if _, _, _, aerr := admit(ctx, tx, chunk, host); aerr != nil {
+			return a, aerr
+		}
+		// admit found nothing wrong: the database changed between the
+		// two statements, which one write transaction rules out.
+		return a, fmt.Errorf("admission of chunk %d for host %d read inconsistent rows", chunk, host)
+	}
+	if err != nil {
+		return a, err
+	}
+	if a.chunk.Tag, err = toTag(tag); err != nil {
+		return a, err
+	}
+	a.chunk.Size, a.chunk.Created = u64(size), fromNano(created)
+	spans, err := parseSpans(placement.String)
+	if err != nil {
+		return a, fmt.Errorf("chunk %d placement: %w", chunk, err)
+	}
+	a.chunk.Extents = placementExtents(a.chunk, spans)
+	a.holders, a.held = holders, u64(held)
+	// The effective quota (effectiveQuota): the host's own, else the
+	// administrator's default, else the fair share.
+	switch {
+	case hostQuota != 0:
+		a.quota = u64(hostQuota)
+	case meta.Valid:
+		n, perr := strconv.ParseUint(meta.String, 10, 64)
+		if perr != nil {
+			return a, fmt.Errorf("stored default quota %q: %w", meta.String, perr)
+		}
+		a.quota = n
+	case heads > 0:
+		a.quota = u64(pool) / uint64(heads) &^ (1<<20 - 1)
+	}
+	return a, nil
+}
+
+// parseSpans reads qAdmit's placement column: "dpa length" pairs of the
+// stored (bit-for-bit int64) values, separated by spaces; "" is none.
+func parseSpans(s string) ([]span, error) {
+	f := strings.Fields(s)
+	if len(f)%2 != 0 {
+		return nil, fmt.Errorf("odd number of fields in %q", s)
+	}
+	var out []span
+	for i := 0; i < len(f); i += 2 {
+		dpa, err := strconv.ParseInt(f[i], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		length, err := strconv.ParseInt(f[i+1], 10, 64)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, span{u64(dpa), u64(length)})
+	}
+	return out, nil
 }
 
 // CompleteGrant moves adding → granted, recording exactly extents.

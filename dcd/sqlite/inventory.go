@@ -182,7 +182,7 @@ func scanRegion(row interface{ Scan(...any) error }) (dcd.Region, error) {
 func (l *Ledger) Regions(ctx context.Context) ([]dcd.Region, error) {
 	var regions []dcd.Region
 	err := l.read(ctx, func(tx *Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+regionColumns+` FROM regions ORDER BY idx`)
+		rows, err := tx.QueryContext(ctx, qRegions)
 		if err != nil {
 			return err
 		}

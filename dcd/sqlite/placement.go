@@ -26,11 +26,7 @@ func (s span) end() uint64 { return s.dpa + s.length }
 // before placements existed) or an orphan covers them. The choice is made
 // inside the transaction that records it, so two reservations never get
 // the same blocks.
-func place(ctx context.Context, tx *Tx, r dcd.Region, size uint64) ([]span, error) {
-	busy, err := busySpans(ctx, tx, r)
-	if err != nil {
-		return nil, err
-	}
+func place(r dcd.Region, size uint64, busy []span) ([]span, error) {
 	var out []span
 	need := size
 	at := r.Base
@@ -73,34 +69,31 @@ func place(ctx context.Context, tx *Tx, r dcd.Region, size uint64) ([]span, erro
 }
 
 // busySpans returns the DPA ranges of region r that are not free, sorted
-// and merged.
-func busySpans(ctx context.Context, tx *Tx, r dcd.Region) ([]span, error) {
+// and merged, and every orphaned extent as stored (for regionFree), from
+// one statement.
+func busySpans(ctx context.Context, tx *Tx, r dcd.Region) (busy, orphans []span, err error) {
 	var all []span
-	queries := []string{
-		`SELECT ce.dpa, ce.length FROM chunk_extents ce JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL`,
-		`SELECT e.dpa, e.length FROM extents e JOIN grants g ON g.id = e.grant_id WHERE g.state IN ` + activeStates,
-		`SELECT dpa, length FROM orphan_extents`,
+	rows, err := tx.QueryContext(ctx, qBusySpans)
+	if err != nil {
+		return nil, nil, fmt.Errorf("busy capacity: %w", err)
 	}
-	for _, q := range queries {
-		rows, err := tx.QueryContext(ctx, q)
-		if err != nil {
-			return nil, fmt.Errorf("busy capacity: %w", err)
+	defer rows.Close()
+	for rows.Next() {
+		var dpa, length int64
+		var orphan bool
+		if err := rows.Scan(&dpa, &length, &orphan); err != nil {
+			return nil, nil, fmt.Errorf("busy capacity: %w", err)
 		}
-		for rows.Next() {
-			var dpa, length int64
-			if err := rows.Scan(&dpa, &length); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("busy capacity: %w", err)
-			}
-			s := span{u64(dpa), u64(length)}
-			if s.length > 0 && s.dpa < r.Base+r.Length && s.end() > r.Base {
-				all = append(all, s)
-			}
+		s := span{u64(dpa), u64(length)}
+		if orphan {
+			orphans = append(orphans, s)
 		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return nil, fmt.Errorf("busy capacity: %w", err)
+		if s.length > 0 && s.dpa < r.Base+r.Length && s.end() > r.Base {
+			all = append(all, s)
 		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("busy capacity: %w", err)
 	}
 	slices.SortFunc(all, func(a, b span) int { return cmp.Compare(a.dpa, b.dpa) })
 	var merged []span
@@ -111,13 +104,13 @@ func busySpans(ctx context.Context, tx *Tx, r dcd.Region) ([]span, error) {
 		}
 		merged = append(merged, s)
 	}
-	return merged, nil
+	return merged, orphans, nil
 }
 
 // insertPlacement records chunk's placement.
 func insertPlacement(ctx context.Context, tx *Tx, chunk dcd.ChunkID, spans []span) error {
 	for i, s := range spans {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`,
+		if _, err := tx.ExecContext(ctx, qInsertPlacement,
 			chunk, i, i64(s.dpa), i64(s.length)); err != nil {
 			return fmt.Errorf("placement %d: %w", i, err)
 		}
@@ -166,11 +159,15 @@ func loadPlacement(ctx context.Context, tx *Tx, c *dcd.Chunk) error {
 
 // placeLate places a chunk reserved before placements existed.
 func placeLate(ctx context.Context, tx *Tx, c dcd.Chunk) ([]cci.Extent, error) {
-	r, err := scanRegion(tx.QueryRowContext(ctx, `SELECT `+regionColumns+` FROM regions WHERE idx = ?`, c.Region))
+	r, err := scanRegion(tx.QueryRowContext(ctx, qRegion, c.Region))
 	if err != nil {
 		return nil, fmt.Errorf("region %d: %w", c.Region, err)
 	}
-	spans, err := place(ctx, tx, r, c.Size)
+	busy, _, err := busySpans(ctx, tx, r)
+	if err != nil {
+		return nil, err
+	}
+	spans, err := place(r, c.Size, busy)
 	if err != nil {
 		return nil, err
 	}

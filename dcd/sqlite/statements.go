@@ -22,6 +22,39 @@ const (
 	qPoolLength = `SELECT coalesce(sum(length), 0) FROM regions`
 	qHeads      = `SELECT count(*) FROM hosts`
 	qHeartbeat  = `INSERT INTO meta (key, value) VALUES ('heartbeat', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	// Reserve (CreateChunk) and its placement, which run once per chunk.
+	qRegions  = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
+	qRegion   = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
+	qReserved = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
+	// qBusySpans is every DPA range that is not free (placement.go): live
+	// chunks' placements, active grants' extents and orphaned extents,
+	// the last marked.
+	qBusySpans = `SELECT ce.dpa, ce.length, 0 FROM chunk_extents ce JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL
+		UNION ALL SELECT e.dpa, e.length, 0 FROM extents e JOIN grants g ON g.id = e.grant_id WHERE g.state IN ` + activeStates + `
+		UNION ALL SELECT dpa, length, 1 FROM orphan_extents`
+	qInsertChunk     = `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`
+	qInsertPlacement = `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`
+	// qDeleteChunk deletes a live chunk with no active grant; when it
+	// matches nothing, DeleteChunk finds out which rule refused.
+	qDeleteChunk = `UPDATE chunks SET deleted = ? WHERE id = ? AND deleted IS NULL
+		AND NOT EXISTS (SELECT 1 FROM grants WHERE chunk = chunks.id AND state IN ` + activeStates + `)`
+	// qAdmit is everything a grant intent checks, in one row (admitIntent):
+	// the live chunk, the host's own quota, the default quota's inputs
+	// (defaultquota.go), what the host holds (qHostHeld), the chunk's
+	// active grants, how many of them are this host's, and the chunk's
+	// placement as "dpa length dpa length …" in order (qChunkExtents; one
+	// statement fewer than reading its rows). No row: the chunk or the
+	// host does not exist.
+	qAdmit = `SELECT c.id, c.name, c.region, c.size, c.tag, c.sharable, c.created, h.quota,
+		(SELECT value FROM meta WHERE key = '` + metaDefaultQuota + `'),
+		(SELECT coalesce(sum(length), 0) FROM regions),
+		(SELECT count(*) FROM hosts),
+		(SELECT coalesce(sum(hc.size), 0) FROM grants hg JOIN chunks hc ON hc.id = hg.chunk
+			WHERE hg.host = h.id AND hg.state IN ` + activeStates + `),
+		(SELECT count(*) FROM grants WHERE chunk = c.id AND state IN ` + activeStates + `),
+		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = h.id AND state IN ` + activeStates + `),
+		(SELECT group_concat(dpa || ' ' || length, ' ' ORDER BY idx) FROM chunk_extents WHERE chunk = c.id)
+		FROM chunks c, hosts h WHERE c.id = ? AND c.deleted IS NULL AND h.id = ?`
 )
 
 // qMove moves a grant from one of n source states and reads it back.
@@ -34,5 +67,6 @@ func qMove(n int) string {
 // grant moves the ledger makes (from one state, or from any active one).
 func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
-		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qMove(1), qMove(3)}
+		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit, qMove(1), qMove(3),
+		qRegions, qRegion, qReserved, qBusySpans, qInsertChunk, qInsertPlacement, qDeleteChunk}
 }

@@ -58,6 +58,9 @@ type Embedded struct {
 // with --fleet or runs without the plane.
 var ErrNoEmbedded = errors.New("this build has no embedded fleet server (built with -tags nofleetserver)")
 
+// HaveEmbedded says whether this build has the embedded server.
+const HaveEmbedded = haveServer
+
 // EmbeddedUser is the account the daemon's own client uses.
 const EmbeddedUser = "cxlpool"
 

@@ -9,6 +9,8 @@ package nats
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -47,6 +49,9 @@ type Config struct {
 	// CAFile is the CA bundle that verifies the servers' TLS certificates
 	// (tls:// URLs); empty: the system's roots.
 	CAFile string
+	// CertFile and KeyFile are the client's certificate and key, for
+	// servers that verify clients (tls { verify: true }).
+	CertFile, KeyFile string
 	// Name is the connection's name on the servers (the box id).
 	Name string
 	// TTL is how long a box's record lives after its last write; 0: 30 s.
@@ -153,11 +158,38 @@ func dial(cfg Config) (*natsgo.Conn, Config, error) {
 	if cfg.CAFile != "" {
 		opts = append(opts, natsgo.RootCAs(cfg.CAFile))
 	}
+	if (cfg.CertFile == "") != (cfg.KeyFile == "") {
+		return nil, cfg, errors.New("fleet/nats: a client certificate needs both its certificate and its key file")
+	}
+	if cfg.CertFile != "" {
+		opts = append(opts, natsgo.ClientCert(cfg.CertFile, cfg.KeyFile))
+	}
 	nc, err := natsgo.Connect(strings.Join(cfg.URLs, ","), opts...)
 	if err != nil {
-		return nil, cfg, fmt.Errorf("fleet/nats: connect to %s: %w", strings.Join(cfg.URLs, ","), err)
+		return nil, cfg, fmt.Errorf("fleet/nats: connect to %s: %w%s", strings.Join(cfg.URLs, ","), err, tlsHint(err))
 	}
 	return nc, cfg, nil
+}
+
+// tlsHint says which setting a TLS failure points at.
+func tlsHint(err error) string {
+	var ua x509.UnknownAuthorityError
+	var hn x509.HostnameError
+	var cv *tls.CertificateVerificationError
+	switch {
+	case errors.As(err, &ua) || (errors.As(err, &cv) && strings.Contains(err.Error(), "unknown authority")):
+		return " (the servers' certificate is not signed by the CA given: check --fleet-ca)"
+	case errors.As(err, &hn):
+		return " (the servers' certificate does not name the address dialled)"
+	case strings.Contains(err.Error(), "certificate required") || strings.Contains(err.Error(), "bad certificate") ||
+		strings.Contains(err.Error(), "closed by remote after TLS handshake"):
+		// The server's refusal of a client certificate it could not
+		// verify reaches the client as a closed connection.
+		return " (the servers verify clients: give --fleet-cert and --fleet-key signed by their CA)"
+	case strings.Contains(err.Error(), "secure connection") || strings.Contains(err.Error(), "TLS Required"):
+		return " (the servers require TLS: use tls:// URLs and --fleet-ca)"
+	}
+	return ""
 }
 
 func setup(ctx context.Context, nc *natsgo.Conn, cfg Config) (*Plane, error) {
@@ -395,5 +427,110 @@ func (k *KVEvents) publish(ctx context.Context, ns string, d fleet.KVEventData) 
 		return fmt.Errorf("fleet/nats: KV event: %w", err)
 	}
 	k.next[ns] = id
+	return nil
+}
+
+// Replay says which of the stream's events to deliver.
+type Replay struct {
+	// From is the first stream sequence; Since the earliest time (when
+	// From is 0); both zero: from the stream's start.
+	From  uint64
+	Since time.Time
+	// Filter is a subject filter (fleet.EventFilter); empty: all.
+	Filter string
+	// Follow goes on delivering new events until ctx ends; without it
+	// Replay returns once it delivered what the stream held when it began.
+	Follow bool
+}
+
+// Replay delivers the events r selects to fn, in stream order, until
+// the stream holds no more (or, following, until ctx ends); an error of
+// fn ends it. The consumer is ordered and ephemeral, as Subscribe's.
+func (p *Plane) Replay(ctx context.Context, r Replay, fn func(Event) error) error {
+	cc := jetstream.OrderedConsumerConfig{}
+	if r.Filter != "" {
+		cc.FilterSubjects = []string{r.Filter}
+	}
+	switch {
+	case r.From > 0:
+		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, r.From
+	case !r.Since.IsZero():
+		t := r.Since
+		cc.DeliverPolicy, cc.OptStartTime = jetstream.DeliverByStartTimePolicy, &t
+	default:
+		cc.DeliverPolicy = jetstream.DeliverAllPolicy
+	}
+	c, err := p.js.OrderedConsumer(ctx, Stream, cc)
+	if err != nil {
+		return fmt.Errorf("fleet/nats: consumer: %w", err)
+	}
+	if !r.Follow {
+		info, err := c.Info(ctx)
+		if err != nil {
+			return fmt.Errorf("fleet/nats: consumer: %w", err)
+		}
+		if info.NumPending == 0 {
+			return nil
+		}
+	}
+	it, err := c.Messages()
+	if err != nil {
+		return fmt.Errorf("fleet/nats: consume: %w", err)
+	}
+	defer it.Stop()
+	stopped := make(chan struct{})
+	defer close(stopped)
+	go func() {
+		select {
+		case <-ctx.Done():
+			it.Stop() // Next returns
+		case <-stopped:
+		}
+	}()
+	for {
+		m, err := it.Next()
+		if err != nil {
+			if ctx.Err() != nil {
+				if r.Follow {
+					return nil // following ends with ctx
+				}
+				return fmt.Errorf("fleet/nats: replay: %w", ctx.Err())
+			}
+			return fmt.Errorf("fleet/nats: replay: %w", err)
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return fmt.Errorf("fleet/nats: replay: %w", err)
+		}
+		var e fleet.Envelope
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			p.log.Warn("fleet: an event does not decode", "seq", md.Sequence.Stream, "err", err)
+		} else if err := fn(Event{Seq: md.Sequence.Stream, Envelope: e}); err != nil {
+			return err
+		}
+		if !r.Follow && md.NumPending == 0 {
+			return nil
+		}
+	}
+}
+
+// PublishHotness publishes a namespace's hotness summary (fleet.KVHotness)
+// on the KV stream; the box and worker fields are filled in.
+func (k *KVEvents) PublishHotness(ctx context.Context, h fleet.KVHotness) error {
+	subj, err := fleet.KVHotnessSubject(h.Namespace, k.box)
+	if err != nil {
+		return err
+	}
+	h.Box, h.WorkerID = k.box, k.worker
+	if h.Top == nil {
+		h.Top = []fleet.KVHotBlock{}
+	}
+	b, err := json.Marshal(h)
+	if err != nil {
+		return fmt.Errorf("fleet/nats: %w", err)
+	}
+	if _, err := k.p.js.Publish(ctx, subj, b, jetstream.WithExpectStream(KVStream)); err != nil {
+		return fmt.Errorf("fleet/nats: KV hotness: %w", err)
+	}
 	return nil
 }

@@ -94,6 +94,8 @@ type Client struct {
 	session uint64
 	lease   time.Duration
 	maxB    int
+	owed    []owedReply // posted requests whose answers are unread (fast.go)
+	refused int         // items of posted requests the server refused
 
 	mapMu sync.Mutex
 	maps  map[[16]byte]host.Mapping
@@ -240,6 +242,9 @@ func (c *Client) do(ctx context.Context, req *wire.Request) (wire.Response, erro
 	if err := c.w.Flush(); err != nil {
 		return wire.Response{}, fmt.Errorf("kv client: send %s: %w", req.Op, err)
 	}
+	if err := c.drainLocked(); err != nil {
+		return wire.Response{}, err
+	}
 	var h wire.Header
 	var body []byte
 	h, body, c.buf, err = wire.ReadFrame(c.r, c.buf, wire.DefaultMaxBody+64)
@@ -316,17 +321,41 @@ func (c *Client) Put(ctx context.Context, key, value []byte) error {
 	return errs[0]
 }
 
+// Seq is a block's place in the token sequence it caches, for a
+// KV-aware router following the box's events: the block hash of the
+// block it continues (HasParent false: the sequence's first) and how many
+// tokens it holds. The box keeps it with the block and sends it in the
+// block's BlockStored event (parent_hash; PROTOCOL.md, PUT META).
+type Seq struct {
+	HasParent bool
+	Parent    uint64
+	Tokens    uint32
+}
+
 // PutBatch stores values under keys in three round trips per batch
 // (PUT, the writes, COMMIT); per-item errors in order.
 func (c *Client) PutBatch(ctx context.Context, keys, values [][]byte) ([]error, error) {
+	return c.PutBatchSeq(ctx, keys, values, nil)
+}
+
+// PutBatchSeq is PutBatch telling each block's sequence (seqs[i] for
+// keys[i]; nil: none told).
+func (c *Client) PutBatchSeq(ctx context.Context, keys, values [][]byte, seqs []Seq) ([]error, error) {
 	if len(keys) != len(values) {
 		return nil, fmt.Errorf("kv client: %d keys and %d values", len(keys), len(values))
+	}
+	if seqs != nil && len(seqs) != len(keys) {
+		return nil, fmt.Errorf("kv client: %d keys and %d sequences", len(keys), len(seqs))
 	}
 	out := make([]error, len(keys))
 	err := c.batches(len(keys), func(lo, hi int) error {
 		req := &wire.Request{Op: wire.OpPut, Puts: make([]wire.PutItem, 0, hi-lo)}
 		for i := lo; i < hi; i++ {
-			req.Puts = append(req.Puts, wire.PutItem{Key: keys[i], Length: uint64(len(values[i]))})
+			p := wire.PutItem{Key: keys[i], Length: uint64(len(values[i]))}
+			if seqs != nil {
+				p.HasParent, p.Parent, p.Tokens = seqs[i].HasParent, seqs[i].Parent, seqs[i].Tokens
+			}
+			req.Puts = append(req.Puts, p)
 		}
 		resp, err := c.do(ctx, req)
 		if err != nil {

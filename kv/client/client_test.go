@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
+
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 	"cxlpool/host"
@@ -50,9 +52,12 @@ type rig struct {
 	tok    [wire.TokenSize]byte
 }
 
-func newRig(t testing.TB, network string) *rig {
+func newRig(t testing.TB, network string) *rig { return newRigEvents(t, network, nil) }
+
+// newRigEvents is newRig with the index's events going to sink.
+func newRigEvents(t testing.TB, network string, sink kv.EventSink) *rig {
 	t.Helper()
-	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: t.TempDir()})
+	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: t.TempDir(), Events: sink})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,4 +257,33 @@ func TestPerSourceCap(t *testing.T) {
 		}
 	}
 	t.Fatalf("after a close: %v", err)
+}
+
+// TestPutSeqReachesEvents: what PutBatchSeq tells of each block's
+// sequence crosses the protocol (PUT with META) and comes out in the
+// index's Stored events: one per chain, with the parent and token counts.
+func TestPutSeqReachesEvents(t *testing.T) {
+	got := make(chan kv.Event, 16)
+	r := newRigEvents(t, "tcp", func(_ context.Context, e kv.Event) { got <- e })
+	c, err := r.dial(t, "tcp", 0, r.tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := [][]byte{{0, 0, 0, 0, 0, 0, 0, 41}, {0, 0, 0, 0, 0, 0, 0, 42}}
+	vals := [][]byte{bytes.Repeat([]byte{1}, 100), bytes.Repeat([]byte{2}, 200)}
+	seqs := []client.Seq{{HasParent: true, Parent: 40, Tokens: 16}, {HasParent: true, Parent: 41, Tokens: 32}}
+	errs, err := c.PutBatchSeq(context.Background(), keys, vals, seqs)
+	if err != nil || errs[0] != nil || errs[1] != nil {
+		t.Fatalf("put: %v %v", err, errs)
+	}
+	e := <-got // the index sends Stored after the commit is durable, before COMMIT is answered
+	p40 := uint64(40)
+	want := kv.Event{Kind: kv.EventStored, Namespace: "ns", Parent: &p40, Blocks: []kv.EventBlock{
+		{Key: keys[0], Length: 100, Hash: 41, Tokens: 16}, {Key: keys[1], Length: 200, Hash: 42, Tokens: 32}}}
+	if diff := cmp.Diff(want, e); diff != "" {
+		t.Errorf("event (-want +got):\n%s", diff)
+	}
+	if _, err := c.PutBatchSeq(context.Background(), keys[:1], vals, seqs); err == nil {
+		t.Error("PutBatchSeq with 1 key and 2 values accepted")
+	}
 }

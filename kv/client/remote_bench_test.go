@@ -14,13 +14,14 @@ import (
 	"cxlpool/kv"
 )
 
-// BenchmarkRemoteGet: a remote rack's Get of 256 KiB and 2 MiB blocks
-// (index GET, READ through the chunk's export, generation CHECK), beside
+// BenchmarkRemoteGet: a remote rack's GetBatchInto of 256 KiB and 2 MiB
+// blocks into its buffers (index GET with PIN, READ through the chunk's
+// export, the UNPIN posted), beside
 // raw TCP moving the same bytes over loopback in the same run (one
 // request, one answer of the block's length, from a buffer of the same
 // size as the blocks' working set). Reported: MB/s of each, and
 // x-raw-tcp, the rack's throughput over raw TCP's (goal ≥ 0.8). batch=8
-// is GetBatch of 8 blocks (one GET, 8 READs in flight, one CHECK) beside
+// is GetBatchInto of 8 blocks (one GET, 8 READs in flight) beside
 // 8 raw requests pipelined on the one connection.
 func BenchmarkRemoteGet(b *testing.B) {
 	for _, batch := range []int{1, 8} {
@@ -69,6 +70,9 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 	}
 	defer rc.Close()
 	bufs := make([][]byte, batch)
+	for k := range bufs {
+		bufs[k] = make([]byte, size)
+	}
 
 	// Interleaved, one of each per iteration, so that the load of a
 	// shared machine weighs on both alike.
@@ -82,20 +86,17 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 			ks[k], offs[k] = keys[at], at*size
 		}
 		t0 := time.Now()
-		vs, errs, err := rack.GetBatch(ctx, ks)
+		lens, errs, err := rack.GetBatchInto(ctx, ks, bufs)
 		if err != nil {
 			b.Fatal(err)
 		}
-		for k, v := range vs {
-			if errs[k] != nil || len(v) != size {
-				b.Fatalf("get: %d bytes, %v; want %d", len(v), errs[k], size)
+		for k, n := range lens {
+			if errs[k] != nil || n != size {
+				b.Fatalf("get: %d bytes, %v; want %d", n, errs[k], size)
 			}
 		}
 		t1 := time.Now()
-		// The same bytes a Get returns: a fresh buffer per block too.
-		for k := range bufs {
-			bufs[k] = make([]byte, size)
-		}
+		// Into the same buffers.
 		if err := rc.readMany(bufs, offs); err != nil {
 			b.Fatal(err)
 		}

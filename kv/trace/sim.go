@@ -51,6 +51,9 @@ type Result struct {
 	Unstored        int // new blocks not stored: everything evictable was pinned
 	MaxUsed         uint64
 	CHMUAccesses    uint64 // 4 KiB-unit accesses counted
+	// Reused is each request's blocks reused from the pool, in trace
+	// order: what a request fetches (kv/client's BenchmarkTraceFetch).
+	Reused []int
 }
 
 func (r Result) String() string {
@@ -139,7 +142,9 @@ func Simulate(t *Trace, cfg SimConfig, name string, mk Factory) (Result, error) 
 	skip := func(id uint64) bool { return pinned[id] }
 	dpa := func(slot uint64) uint64 { return slot * BlockBytes }
 
+	res.Reused = make([]int, 0, len(t.Requests))
 	for _, r := range t.Requests {
+		hits0 := res.Hits
 		clock = epoch0.Add(r.At)
 		chmu.advance(r.At)
 		clear(pinned)
@@ -213,6 +218,7 @@ func Simulate(t *Trace, cfg SimConfig, name string, mk Factory) (Result, error) 
 			loc.put(k, b)
 			pinned[b.id] = true
 		}
+		res.Reused = append(res.Reused, res.Hits-hits0)
 	}
 	res.HitRate = float64(res.Hits) / float64(max(res.Blocks, 1))
 	res.BytesReused = uint64(res.Hits) * BlockBytes

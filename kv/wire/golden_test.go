@@ -34,8 +34,11 @@ var loc = wire.Loc{Block: 7, Gen: 42, Tag: tag(0xa0), Offset: 0x10000, Length: 2
 
 // requests holds one request of every op; the HELLO is PROTOCOL.md's example.
 var requests = map[string]wire.Request{
-	"hello":  {Op: wire.OpHello, ID: 1, Namespace: "llama", Host: 3, Token: token()},
-	"put":    {Op: wire.OpPut, ID: 2, Puts: []wire.PutItem{{Key: []byte("k1"), Length: 4096}, {Key: []byte{0, 0xff}, Length: 2 << 20}}},
+	"hello": {Op: wire.OpHello, ID: 1, Namespace: "llama", Host: 3, Token: token()},
+	"put":   {Op: wire.OpPut, ID: 2, Puts: []wire.PutItem{{Key: []byte("k1"), Length: 4096}, {Key: []byte{0, 0xff}, Length: 2 << 20}}},
+	// A chain's root (no parent, 256 tokens) and its next block.
+	"put-meta": {Op: wire.OpPut, ID: 13, Flags: wire.FlagMeta, Puts: []wire.PutItem{{Key: []byte{0, 0, 0, 0, 0, 0, 0, 41}, Length: 4096, Tokens: 256},
+		{Key: []byte{0, 0, 0, 0, 0, 0, 0, 42}, Length: 8192, HasParent: true, Parent: 41, Tokens: 256}}},
 	"commit": {Op: wire.OpCommit, ID: 3, Blocks: []uint64{7, 8}},
 	"abort":  {Op: wire.OpAbort, ID: 4, Blocks: []uint64{9}},
 	"get":    {Op: wire.OpGet, ID: 5, Flags: wire.FlagPin, Keys: [][]byte{[]byte("k1")}},
@@ -173,18 +176,24 @@ func TestFrameRefusals(t *testing.T) {
 }
 
 func TestBodyRefusals(t *testing.T) {
+	putItem := []byte{1, 0, 1, 0, 'k', 0, 16, 0, 0, 0, 0, 0, 0}
 	for _, tc := range []struct {
-		name string
-		op   wire.Op
-		body []byte
+		name  string
+		op    wire.Op
+		flags uint16
+		body  []byte
 	}{
-		{"lying count", wire.OpCommit, []byte{0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0}},
-		{"short key", wire.OpGet, []byte{1, 0, 5, 0, 'a'}},
-		{"trailing bytes", wire.OpRenew, []byte{0}},
-		{"hello not utf-8", wire.OpHello, append([]byte{1, 0xff, 0, 0}, make([]byte, 36)...)},
+		{"lying count", wire.OpCommit, 0, []byte{0xff, 0xff, 1, 0, 0, 0, 0, 0, 0, 0}},
+		{"short key", wire.OpGet, 0, []byte{1, 0, 5, 0, 'a'}},
+		{"trailing bytes", wire.OpRenew, 0, []byte{0}},
+		{"hello not utf-8", wire.OpHello, 0, append([]byte{1, 0xff, 0, 0}, make([]byte, 36)...)},
+		{"put meta missing", wire.OpPut, wire.FlagMeta, putItem},
+		{"put meta unknown bit", wire.OpPut, wire.FlagMeta, append(append([]byte{}, putItem...), 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0)},
+		{"put parent without its bit", wire.OpPut, wire.FlagMeta, append(append([]byte{}, putItem...), 0, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0)},
+		{"put meta without the flag", wire.OpPut, 0, append(append([]byte{}, putItem...), 1, 9, 0, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if _, err := wire.DecodeRequest(wire.Header{Op: tc.op, Len: uint32(len(tc.body))}, tc.body); err == nil {
+			if _, err := wire.DecodeRequest(wire.Header{Op: tc.op, Flags: tc.flags, Len: uint32(len(tc.body))}, tc.body); err == nil {
 				t.Fatal("accepted")
 			}
 		})

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"unicode/utf8"
 )
 
@@ -52,6 +53,18 @@ const (
 
 // FlagPin on a GET pins every block found.
 const FlagPin uint16 = 1
+
+// FlagMeta on a PUT: every item carries its block's place in a token
+// sequence after its length (PutItem.HasParent, Parent, Tokens: 13 bytes).
+// AppendRequest sets it when any item has them, so a PUT without them is
+// byte for byte the PUT of clients that predate it.
+const FlagMeta uint16 = 1
+
+// metaParent is bit 0 of a PUT item's meta byte: Parent is set.
+const metaParent = 1
+
+// PutMetaSize is the bytes FlagMeta adds to each PUT item.
+const PutMetaSize = 1 + 8 + 4
 
 var opNames = map[Op]string{OpHello: "HELLO", OpPut: "PUT", OpCommit: "COMMIT", OpAbort: "ABORT", OpGet: "GET",
 	OpExists: "EXISTS", OpDelete: "DELETE", OpUnpin: "UNPIN", OpCheck: "CHECK", OpRenew: "RENEW", OpChunks: "CHUNKS", OpStat: "STAT"}
@@ -190,11 +203,20 @@ type Chunk struct {
 	Size uint64
 }
 
-// PutItem is one key to reserve space for.
+// PutItem is one key to reserve space for, with, optionally, the block's
+// place in the token sequence it caches (what a KV-aware router's events
+// carry): the hash of the block it continues and how many tokens it
+// holds.
 type PutItem struct {
-	Key    []byte
-	Length uint64
+	Key       []byte
+	Length    uint64
+	HasParent bool   // Parent is set (false: the first block of a sequence, or not told)
+	Parent    uint64 // the 64-bit block hash of the previous block (sent only with HasParent)
+	Tokens    uint32 // tokens the block holds (0: not told)
 }
+
+// HasMeta reports whether p carries a parent or a token count.
+func (p PutItem) HasMeta() bool { return p.HasParent || p.Tokens != 0 }
 
 // BlockGen is one CHECK item.
 type BlockGen struct{ Block, Gen uint64 }
@@ -266,7 +288,11 @@ func (r *Request) Count() int {
 // AppendRequest appends r as one frame.
 func AppendRequest(b []byte, r *Request) ([]byte, error) {
 	start := len(b)
-	b = AppendHeader(b, r.Op, r.Flags, r.ID, 0)
+	flags := r.Flags
+	if r.Op == OpPut && slices.ContainsFunc(r.Puts, PutItem.HasMeta) {
+		flags |= FlagMeta
+	}
+	b = AppendHeader(b, r.Op, flags, r.ID, 0)
 	body := len(b)
 	switch r.Op {
 	case OpHello:
@@ -289,6 +315,16 @@ func AppendRequest(b []byte, r *Request) ([]byte, error) {
 				return b[:start], err
 			}
 			b = binary.LittleEndian.AppendUint64(b, p.Length)
+			if flags&FlagMeta != 0 {
+				var m byte
+				var parent uint64
+				if p.HasParent {
+					m, parent = metaParent, p.Parent
+				}
+				b = append(b, m)
+				b = binary.LittleEndian.AppendUint64(b, parent)
+				b = binary.LittleEndian.AppendUint32(b, p.Tokens)
+			}
 		}
 	case OpGet, OpExists, OpDelete:
 		if len(r.Keys) > 0xffff {
@@ -454,11 +490,29 @@ func DecodeRequest(h Header, body []byte) (Request, error) {
 		copy(req.Token[:], r.bytes(TokenSize))
 		req.LeaseMS = r.u32()
 	case OpPut:
-		n := r.count(2 + 8)
+		meta := h.Flags&FlagMeta != 0
+		size := 2 + 8
+		if meta {
+			size += PutMetaSize
+		}
+		n := r.count(size)
 		req.Puts = make([]PutItem, 0, n)
 		for range n {
 			k := r.bytes(int(r.u16()))
-			req.Puts = append(req.Puts, PutItem{Key: k, Length: r.u64()})
+			p := PutItem{Key: k, Length: r.u64()}
+			if meta {
+				m := r.u8()
+				if r.err == nil && m&^metaParent != 0 {
+					r.err = fmt.Errorf("%w: PUT item meta byte %#02x: only bit 0 (parent) is defined", ErrBody, m)
+				}
+				p.HasParent = m&metaParent != 0
+				p.Parent = r.u64()
+				p.Tokens = r.u32()
+				if r.err == nil && !p.HasParent && p.Parent != 0 {
+					r.err = fmt.Errorf("%w: PUT item has parent hash %d without its parent bit", ErrBody, p.Parent)
+				}
+			}
+			req.Puts = append(req.Puts, p)
 		}
 	case OpGet, OpExists, OpDelete:
 		n := r.count(2)

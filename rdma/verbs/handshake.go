@@ -4,10 +4,14 @@
 // transport's semantics: a client opens a session over the TCP control
 // channel (rdma/tcp, rdma/client), then sends one wire.OpConnect request
 // carrying its queue pair's address; the server registers the export's
-// memory (one memory region per device extent, with remote access rights
-// from the export's permissions), connects a reliable-connected queue pair
-// to the client's and answers with its own address and the regions'
-// remote keys. The HCA enforces the bounds and rights of every access.
+// memory (one memory region per device extent, in a protection domain of
+// the export's own so that no other export's queue pair can reach it, with
+// remote access rights from the export's permissions), connects a
+// reliable-connected queue pair to the client's and answers with its own
+// address and the regions' remote keys. The HCA enforces the bounds and
+// rights of every access. It has run for real on soft-RoCE in a QEMU guest
+// (rdma/vmtest, make vmtest-rdma); the client's Open picks this transport
+// when both ends can and TCP otherwise.
 //
 // Revoking the export (or releasing its chunk) moves its queue pairs to
 // the error state and deregisters its memory before Revoke returns, so no
@@ -34,6 +38,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"cxlpool/rdma"
 )
@@ -53,12 +58,22 @@ type Config struct {
 	// Port is the device port [1].
 	Port int
 	// GIDIndex is the GID table entry to route with; negative picks the
-	// first entry that is not zero. On soft-RoCE every entry is RoCE v2,
-	// and entry 0 (the link-local GID) reaches peers on the same link.
+	// first IPv4 entry (::ffff:a.b.c.d, routed as the netdev's IPv4
+	// address), else the first entry that is not zero. On soft-RoCE every
+	// entry is RoCE v2, and entry 0 (the link-local GID) reaches peers on
+	// the same link only.
 	GIDIndex int
 	// Depth bounds the work requests queued per queue pair [64].
-	Depth  int
-	Logger *slog.Logger
+	Depth int
+	// OpTimeout bounds a client's wait for one completion [5 s]. The
+	// device retries a request that goes unanswered and then fails it,
+	// but a revoked export's queue pair is gone, and soft-RoCE (Linux
+	// 6.1's rdma_rxe, seen in the VM test) left such a READ pending for
+	// minutes instead. Past the bound the client stops its queue pair
+	// and answers rdma.ErrRevoked: one-sided verbs cannot tell a revoked
+	// export from an unreachable box, and the session is over either way.
+	OpTimeout time.Duration
+	Logger    *slog.Logger
 }
 
 // handshakeVersion is the version of the OpConnect bodies.
@@ -224,4 +239,34 @@ func locate(regions []Region, off, n uint64, fn func(g Region, goff, k uint64) e
 		n -= k
 	}
 	return nil
+}
+
+// pickGID chooses the GID table entry as Config.GIDIndex says, reading
+// entries with gid; a zero GID is unused.
+func pickGID(index, entries int, gid func(int) ([16]byte, bool)) (int, [16]byte) {
+	if index >= 0 {
+		if g, ok := gid(index); ok && g != ([16]byte{}) && index < entries {
+			return index, g
+		}
+		return 0, [16]byte{}
+	}
+	first, firstG := -1, [16]byte{}
+	for i := range entries {
+		g, ok := gid(i)
+		if !ok || g == ([16]byte{}) {
+			continue
+		}
+		if isIPv4GID(g) {
+			return i, g
+		}
+		if first < 0 {
+			first, firstG = i, g
+		}
+	}
+	return max(first, 0), firstG
+}
+
+// isIPv4GID says whether g is an IPv4-mapped IPv6 address.
+func isIPv4GID(g [16]byte) bool {
+	return g[10] == 0xff && g[11] == 0xff && [10]byte(g[:10]) == [10]byte{}
 }

@@ -125,3 +125,35 @@ func FuzzParseHandshake(f *testing.F) {
 		}
 	})
 }
+
+func TestPickGID(t *testing.T) {
+	v4 := [16]byte{10: 0xff, 11: 0xff, 12: 10, 15: 1}
+	table := [][16]byte{gid, {}, v4}
+	read := func(i int) ([16]byte, bool) {
+		if i >= len(table) {
+			return [16]byte{}, false
+		}
+		return table[i], true
+	}
+	tests := []struct {
+		name      string
+		index     int
+		entries   int
+		wantIndex int
+		want      [16]byte
+	}{
+		{"negative prefers IPv4", -1, 3, 2, v4},
+		{"negative without IPv4 takes the first", -1, 2, 0, gid},
+		{"index 0 is the link-local entry", 0, 3, 0, gid},
+		{"a zero entry is unusable", 1, 3, 0, [16]byte{}},
+		{"past the table", 5, 3, 0, [16]byte{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			i, g := pickGID(tt.index, tt.entries, read)
+			if i != tt.wantIndex || g != tt.want {
+				t.Errorf("got %d %x, want %d %x", i, g, tt.wantIndex, tt.want)
+			}
+		})
+	}
+}

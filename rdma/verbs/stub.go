@@ -23,6 +23,9 @@ func (*Server) Request(context.Context, *rdma.Handle, []byte) ([]byte, error) {
 	return nil, ErrNotBuilt
 }
 
+// Registered is the number of exports registered with the device.
+func (*Server) Registered() int { return 0 }
+
 // Close releases the device.
 func (*Server) Close() error { return nil }
 

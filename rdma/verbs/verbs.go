@@ -185,7 +185,8 @@ func Devices() ([]string, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, errnoErr("device list", 0, err)
+		// No uverbs in the kernel (ENOSYS) is no device all the same.
+		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
 	}
 	defer C.ibv_free_device_list(list)
 	var names []string
@@ -205,7 +206,8 @@ func openDevice(cfg Config) (*device, error) {
 	var n C.int
 	list, err := C.ibv_get_device_list(&n)
 	if list == nil {
-		return nil, errnoErr("device list", 0, err)
+		// No uverbs in the kernel (ENOSYS) is no device all the same.
+		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
 	}
 	defer C.ibv_free_device_list(list)
 	pick := C.int(-1)
@@ -239,17 +241,11 @@ func openDevice(cfg Config) (*device, error) {
 		return nil, fmt.Errorf("verbs: port %d is not active (state %d): %w", cfg.Port, state, ErrNoDevice)
 	}
 	d.local.LID, d.local.MTU = uint16(lid), uint8(mtu)
-	idx := cfg.GIDIndex
-	for i := 0; i < int(gids); i++ {
-		if idx >= 0 && i != idx {
-			continue
-		}
-		var g [16]byte
-		if C.cxl_gid(d.ctx, d.port, C.int(i), (*C.uint8_t)(unsafe.Pointer(&g[0]))) == 0 && g != ([16]byte{}) {
-			d.gidIndex, d.local.GID = C.int(i), g
-			break
-		}
-	}
+	idx, g := pickGID(cfg.GIDIndex, int(gids), func(i int) (g [16]byte, ok bool) {
+		ok = C.cxl_gid(d.ctx, d.port, C.int(i), (*C.uint8_t)(unsafe.Pointer(&g[0]))) == 0
+		return g, ok
+	})
+	d.gidIndex, d.local.GID = C.int(idx), g
 	if d.local.GID == ([16]byte{}) {
 		d.close()
 		return nil, fmt.Errorf("verbs: port %d has no usable GID (index %d): %w", cfg.Port, cfg.GIDIndex, ErrNoDevice)
@@ -284,14 +280,15 @@ type queuePair struct {
 
 // connect creates a queue pair whose peer is peer and whose remote access
 // rights are access, and moves it to ready-to-send.
-func (d *device) connect(peer Endpoint, access C.int) (*queuePair, Endpoint, error) {
+// The queue pair is in pd: it reaches only memory registered there.
+func (d *device) connect(pd *C.struct_ibv_pd, peer Endpoint, access C.int) (*queuePair, Endpoint, error) {
 	q := &queuePair{}
 	var err error
 	q.cq, err = C.ibv_create_cq(d.ctx, d.depth, nil, nil, 0)
 	if q.cq == nil {
 		return nil, Endpoint{}, errnoErr("create cq", 0, err)
 	}
-	q.qp, err = C.cxl_create_qp(d.pd, q.cq, d.depth)
+	q.qp, err = C.cxl_create_qp(pd, q.cq, d.depth)
 	if q.qp == nil {
 		q.destroy()
 		return nil, Endpoint{}, errnoErr("create qp", 0, err)
@@ -359,8 +356,12 @@ type Server struct {
 
 // registration is one export's memory registered with the device, and
 // the queue pairs through which clients reach it. It holds a Pin on the
-// export for its whole life, so a revoke waits for the teardown.
+// export for its whole life, so a revoke waits for the teardown. Each
+// export has a protection domain of its own: a queue pair connected for
+// one export cannot reach another's memory even with its remote key
+// (the device refuses an rkey of another domain).
 type registration struct {
+	pd      *C.struct_ibv_pd
 	h       *rdma.Handle
 	mrs     []*C.struct_ibv_mr
 	regions []Region
@@ -398,7 +399,7 @@ func (s *Server) Request(ctx context.Context, h *rdma.Handle, body []byte) ([]by
 	if err != nil {
 		return nil, err
 	}
-	q, local, err := s.dev.connect(peer, remoteAccess(h.Perms()))
+	q, local, err := s.dev.connect(reg.pd, peer, remoteAccess(h.Perms()))
 	if err != nil {
 		if len(reg.qps) == 0 {
 			s.teardownLocked(reg)
@@ -421,9 +422,13 @@ func (s *Server) register(h *rdma.Handle) (*registration, error) {
 		return nil, err
 	}
 	reg := &registration{h: h, qps: map[*queuePair]struct{}{}}
+	if reg.pd, err = C.ibv_alloc_pd(s.dev.ctx); reg.pd == nil {
+		s.teardownLocked(reg)
+		return nil, errnoErr("alloc pd", 0, err)
+	}
 	var off uint64
 	for _, seg := range segs {
-		mr, err := C.cxl_reg_mr(s.dev.pd, unsafe.Pointer(&seg[0]), C.size_t(len(seg)), remoteAccess(h.Perms()))
+		mr, err := C.cxl_reg_mr(reg.pd, unsafe.Pointer(&seg[0]), C.size_t(len(seg)), remoteAccess(h.Perms()))
 		if mr == nil {
 			s.teardownLocked(reg)
 			return nil, errnoErr("register memory", 0, err)
@@ -457,6 +462,10 @@ func (s *Server) teardownLocked(reg *registration) {
 		C.ibv_dereg_mr(mr)
 	}
 	reg.mrs = nil
+	if reg.pd != nil {
+		C.ibv_dealloc_pd(reg.pd)
+		reg.pd = nil
+	}
 	if reg.stop != nil {
 		reg.stop()
 	}
@@ -480,6 +489,15 @@ func (s *Server) disconnect(reg *registration, q *queuePair) {
 	if len(reg.qps) == 0 {
 		s.teardownLocked(reg)
 	}
+}
+
+// Registered is the number of exports whose memory is registered with
+// the device (each with its queue pairs): a revoked export's is gone
+// before the revocation returns.
+func (s *Server) Registered() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.regs)
 }
 
 // Close tears down every registration and releases the device.
@@ -511,6 +529,8 @@ type Client struct {
 	reply Reply
 	perms rdma.Perm
 
+	opTimeout time.Duration
+
 	mu     sync.Mutex
 	buf    unsafe.Pointer
 	mr     *C.struct_ibv_mr
@@ -519,10 +539,14 @@ type Client struct {
 
 // Dial opens the TCP control channel (one connection of ccfg), connects a
 // queue pair through it and returns a client whose data path is verbs.
-func Dial(ctx context.Context, ccfg client.Config, cfg Config) (c *Client, err error) {
+func Dial(ctx context.Context, ccfg client.Config, cfg Config) (_ *Client, err error) {
 	ccfg.Conns = 1
-	c = &Client{}
+	if cfg.OpTimeout <= 0 {
+		cfg.OpTimeout = 5 * time.Second
+	}
+	c := &Client{opTimeout: cfg.OpTimeout}
 	defer func() {
+		// Not the result, which a failure's return sets to nil.
 		if err != nil {
 			c.Close()
 		}
@@ -594,6 +618,7 @@ func (c *Client) post(ctx context.Context, op C.int, n int, g Region, goff uint6
 		return c.broken
 	}
 	var status C.int
+	deadline := time.Now().Add(c.opTimeout)
 	for spins := 0; ; spins++ {
 		switch n := C.cxl_poll(c.q.cq, &status); {
 		case n < 0:
@@ -609,15 +634,34 @@ func (c *Client) post(ctx context.Context, op C.int, n int, g Region, goff uint6
 		if ctx.Err() != nil {
 			// The request may still complete into the staging buffer:
 			// stop the queue pair so that it cannot.
-			C.cxl_qp_error(c.q.qp)
+			c.stop()
 			c.broken = fmt.Errorf("verbs: operation abandoned: %w", ctx.Err())
 			return ctx.Err()
+		}
+		if spins%1024 == 1023 && time.Now().After(deadline) {
+			c.stop()
+			c.broken = fmt.Errorf("verbs: no completion in %v (the export revoked, or the box unreachable): %w", c.opTimeout, rdma.ErrRevoked)
+			return c.broken
 		}
 		if spins < 1000 {
 			runtime.Gosched()
 		} else {
 			time.Sleep(20 * time.Microsecond)
 		}
+	}
+}
+
+// stop moves the queue pair to the error state and waits (boundedly) for
+// the flushed completion, so that nothing lands in the staging buffer
+// later.
+func (c *Client) stop() {
+	C.cxl_qp_error(c.q.qp)
+	var status C.int
+	for end := time.Now().Add(time.Second); time.Now().Before(end); {
+		if C.cxl_poll(c.q.cq, &status) != 0 {
+			return
+		}
+		time.Sleep(100 * time.Microsecond)
 	}
 }
 

@@ -273,8 +273,9 @@ class Client:
 
     # -- the protocol's ops --
 
-    def reserve(self, puts: Sequence[Tuple[Key, int]]) -> List[wire.Item]:
-        return self._batched(wire.PUT, "puts", [(_key(k), n) for k, n in puts])
+    def reserve(self, puts: Sequence[Tuple]) -> List[wire.Item]:
+        """PUT of (key, length) or (key, length, parent, tokens) items."""
+        return self._batched(wire.PUT, "puts", [(_key(p[0]),) + tuple(p[1:]) for p in puts])
 
     def commit(self, blocks: Sequence[int]) -> List[int]:
         return [it.status for it in self._batched(wire.COMMIT, "blocks", blocks)]
@@ -339,16 +340,28 @@ class Client:
     def batched_contains(self, keys: Sequence[Key]) -> List[bool]:
         return self.exists_many(keys)
 
-    def put(self, key: Key, data) -> bool:
+    def put(self, key: Key, data, parent: Optional[int] = None, tokens: int = 0) -> bool:
         """Stores data under key; False when the key is already stored or
-        being stored by another writer (it wins: skip), or on NO_SPACE."""
-        return self.batched_put([key], [data])[0]
+        being stored by another writer (it wins: skip), or on NO_SPACE.
+        parent (the 64-bit hash of the block this one continues) and tokens
+        (its token count) go to the box's BlockStored event for a KV-aware
+        router; the box does not interpret them."""
+        return self.batched_put([key], [data], None if parent is None else [parent], [tokens] if tokens else None)[0]
 
-    def batched_put(self, keys: Sequence[Key], datas: Sequence) -> List[bool]:
+    def batched_put(self, keys: Sequence[Key], datas: Sequence, parents: Optional[Sequence[Optional[int]]] = None,
+                    tokens: Optional[Sequence[int]] = None) -> List[bool]:
         if len(keys) != len(datas):
             raise ValueError("cxlpool kv: %d keys, %d values" % (len(keys), len(datas)))
+        for name, v in (("parents", parents), ("tokens", tokens)):
+            if v is not None and len(v) != len(keys):
+                raise ValueError("cxlpool kv: %d keys, %d %s" % (len(keys), len(v), name))
         views = [memoryview(d).cast("B") for d in datas]
-        items = self.reserve([(k, len(v)) for k, v in zip(keys, views)])
+        if parents is None and tokens is None:
+            puts = [(k, len(v)) for k, v in zip(keys, views)]
+        else:
+            puts = [(k, len(v), None if parents is None else parents[i], 0 if tokens is None else tokens[i])
+                    for i, (k, v) in enumerate(zip(keys, views))]
+        items = self.reserve(puts)
         ok = [False] * len(keys)
         todo = []
         try:

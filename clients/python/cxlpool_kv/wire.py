@@ -29,6 +29,10 @@ OP_NAMES = {HELLO: "HELLO", PUT: "PUT", COMMIT: "COMMIT", ABORT: "ABORT", GET: "
             RENEW: "RENEW", CHUNKS: "CHUNKS", STAT: "STAT"}
 RESPONSE = 0x80
 FLAG_PIN = 1
+# On a PUT: each item carries its block's sequence (u8 meta, u64 parent_hash,
+# u32 tokens) after its length; set by encode_request when an item has one.
+FLAG_META = 1
+_META_PARENT = 1
 
 (OK, NOT_FOUND, DENIED, INVALID, NO_SPACE, EXISTS_STATUS, STALE, EXPIRED, BUSY,
  TOO_LARGE, BAD_FRAME, UNAVAILABLE, INTERNAL) = range(13)
@@ -108,8 +112,11 @@ class Request:
     host: int = 0
     token: bytes = bytes(TOKEN_SIZE)
     lease_ms: int = 0
-    # PUT: (key, length); GET/EXISTS/DELETE: keys; COMMIT/ABORT/UNPIN: blocks;
-    # CHECK: (block, gen)
+    # PUT: (key, length), or (key, length, parent, tokens) with the block's
+    # sequence (parent: the 64-bit hash of the block it continues, None for
+    # a sequence's first; tokens: its token count, 0 not told); decoded PUTs
+    # with FLAG_META are 4-tuples. GET/EXISTS/DELETE: keys;
+    # COMMIT/ABORT/UNPIN: blocks; CHECK: (block, gen)
     puts: List[Tuple[bytes, int]] = field(default_factory=list)
     keys: List[bytes] = field(default_factory=list)
     blocks: List[int] = field(default_factory=list)
@@ -168,7 +175,18 @@ def encode_request(r: Request) -> bytes:
             raise ProtocolError("kv wire: token of %d bytes, want %d" % (len(r.token), TOKEN_SIZE))
         body = _str8(r.namespace) + struct.pack("<H", r.host) + bytes(r.token) + struct.pack("<I", r.lease_ms)
     elif op == PUT:
-        body = _count(len(r.puts)) + b"".join(_key(k) + struct.pack("<Q", n) for k, n in r.puts)
+        flags = r.flags
+        if any(len(p) == 4 and (p[2] is not None or p[3]) for p in r.puts):
+            flags |= FLAG_META
+        parts = [_count(len(r.puts))]
+        for p in r.puts:
+            parts.append(_key(p[0]) + struct.pack("<Q", p[1]))
+            if flags & FLAG_META:
+                parent, tokens = (p[2], p[3]) if len(p) == 4 else (None, 0)
+                if not 0 <= tokens <= 0xFFFFFFFF or (parent is not None and not 0 <= parent < 1 << 64):
+                    raise ProtocolError("kv wire: PUT item parent %r, tokens %r out of range" % (parent, tokens))
+                parts.append(struct.pack("<BQI", 0 if parent is None else _META_PARENT, parent or 0, tokens))
+        return _frame(op, flags, r.id, b"".join(parts))
     elif op in (GET, EXISTS, DELETE):
         body = _count(len(r.keys)) + b"".join(_key(k) for k in r.keys)
     elif op in (COMMIT, ABORT, UNPIN):
@@ -327,7 +345,10 @@ def decode_request(frame: bytes) -> Request:
     if op == HELLO:
         req.namespace, req.host, req.token, req.lease_ms = r.str8(), r.u16(), r.take(TOKEN_SIZE), r.u32()
     elif op == PUT:
-        req.puts = [(r.key(), r.u64()) for _ in range(r.count(11))]
+        if flags & FLAG_META:
+            req.puts = [_put_meta(r) for _ in range(r.count(11 + 13))]
+        else:
+            req.puts = [(r.key(), r.u64()) for _ in range(r.count(11))]
     elif op in (GET, EXISTS, DELETE):
         req.keys = [r.key() for _ in range(r.count(3))]
     elif op in (COMMIT, ABORT, UNPIN):
@@ -336,6 +357,19 @@ def decode_request(frame: bytes) -> Request:
         req.checks = [(r.u64(), r.u64()) for _ in range(r.count(16))]
     r.end()
     return req
+
+
+def _put_meta(r: "_Reader"):
+    k, n = r.key(), r.u64()
+    m = r.take(1)[0]
+    parent, tokens = r.u64(), r.u32()
+    if m & ~_META_PARENT:
+        raise ProtocolError("kv wire: PUT item meta byte %#04x: only bit 0 (parent) is defined" % m)
+    if not m & _META_PARENT:
+        if parent:
+            raise ProtocolError("kv wire: PUT item has parent hash %d without its parent bit" % parent)
+        parent = None
+    return (k, n, parent, tokens)
 
 
 def read_frame(recv_exact, max_body: int = DEFAULT_MAX_BODY) -> bytes:

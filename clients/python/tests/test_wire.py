@@ -25,6 +25,8 @@ LOC = wire.Loc(block=7, gen=42, tag=tag(0xA0), offset=0x10000, length=256 << 10)
 REQUESTS = {
     "hello": wire.Request(op=wire.HELLO, id=1, namespace="llama", host=3, token=token()),
     "put": wire.Request(op=wire.PUT, id=2, puts=[(b"k1", 4096), (b"\x00\xff", 2 << 20)]),
+    "put-meta": wire.Request(op=wire.PUT, id=13, flags=wire.FLAG_META,
+                             puts=[(bytes(7) + b"\x29", 4096, None, 256), (bytes(7) + b"\x2a", 8192, 41, 256)]),
     "commit": wire.Request(op=wire.COMMIT, id=3, blocks=[7, 8]),
     "abort": wire.Request(op=wire.ABORT, id=4, blocks=[9]),
     "get": wire.Request(op=wire.GET, id=5, flags=wire.FLAG_PIN, keys=[b"k1"]),
@@ -112,6 +114,11 @@ class Codec(unittest.TestCase):
             "lying count": struct.pack("<IBBHI", 18, 1, wire.COMMIT, 0, 1) + b"\xff\xff" + bytes(8),
             "short key": struct.pack("<IBBHI", 13, 1, wire.GET, 0, 1) + b"\x01\x00\x05\x00a",
             "not utf-8": struct.pack("<IBBHI", 48, 1, wire.HELLO, 0, 1) + b"\x01\xff" + bytes(38),
+            "put meta missing": struct.pack("<IBBHI", 21, 1, wire.PUT, wire.FLAG_META, 1) + b"\x01\x00\x01\x00k" + bytes(8),
+            "put meta unknown bit": struct.pack("<IBBHI", 34, 1, wire.PUT, wire.FLAG_META, 1) + b"\x01\x00\x01\x00k" + bytes(8)
+            + struct.pack("<BQI", 2, 0, 1),
+            "put parent without its bit": struct.pack("<IBBHI", 34, 1, wire.PUT, wire.FLAG_META, 1) + b"\x01\x00\x01\x00k" + bytes(8)
+            + struct.pack("<BQI", 0, 9, 1),
         }
         for name, frame in cases.items():
             with self.subTest(name):

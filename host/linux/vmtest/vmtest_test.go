@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cxlpool/image/build"
+	"cxlpool/internal/vmkit"
 )
 
 // modules is what the guest loads, dependencies first (CXL_BUS, CXL_PORT
@@ -49,7 +47,7 @@ func TestHostVM(t *testing.T) {
 	dir := t.TempDir()
 
 	vmlinux := filepath.Join(dir, "vmlinux")
-	if err := extract(bz, vmlinux); err != nil {
+	if err := vmkit.Extract(bz, vmlinux); err != nil {
 		t.Fatal(err)
 	}
 	initBin := filepath.Join(dir, "init")
@@ -130,30 +128,6 @@ func qemuArgs(dir, kernel, initrd string) []string {
 	}
 }
 
-// extract writes the uncompressed kernel (an ELF QEMU boots via PVH, in a
-// third of the bzImage's time under TCG).
-func extract(bz, out string) error {
-	b, err := os.ReadFile(bz)
-	if err != nil {
-		return err
-	}
-	payload, err := build.BzImagePayload(b)
-	if err != nil {
-		return err
-	}
-	f, err := os.Create(out)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	cmd := exec.Command("xz", "-dc", "--single-stream")
-	cmd.Stdin, cmd.Stdout = bytes.NewReader(payload), f
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("xz -d of %s: %w", bz, err)
-	}
-	return f.Close()
-}
-
 // makeInitramfs writes a newc cpio: /init, the modules and their load
 // order.
 func makeInitramfs(out, initBin, modDir string) error {
@@ -162,66 +136,19 @@ func makeInitramfs(out, initBin, modDir string) error {
 		return err
 	}
 	defer f.Close()
-	w := &cpioWriter{w: f}
+	w := vmkit.NewCPIO(f)
 	data, err := os.ReadFile(initBin)
 	if err != nil {
 		return err
 	}
-	w.file("init", 0o755, data)
-	w.dir("lib")
-	w.dir("lib/modules")
-	var order []string
-	for _, m := range modules {
-		data, err := os.ReadFile(filepath.Join(modDir, m))
-		if err != nil {
-			return err
-		}
-		name := "lib/modules/" + filepath.Base(m)
-		w.file(name, 0o644, data)
-		order = append(order, "/"+name)
+	w.File("init", 0o755, data)
+	if err := w.Modules(modDir, modules); err != nil {
+		return err
 	}
-	w.file("modules.order", 0o644, []byte(strings.Join(order, "\n")+"\n"))
-	w.file("TRAILER!!!", 0, nil)
-	if w.err != nil {
-		return w.err
+	if err := w.Close(); err != nil {
+		return err
 	}
 	return f.Close()
-}
-
-type cpioWriter struct {
-	w   io.Writer
-	ino int
-	err error
-}
-
-func (c *cpioWriter) dir(name string) { c.entry(name, 0o040755, nil) }
-
-func (c *cpioWriter) file(name string, perm int, data []byte) {
-	mode := 0o100000 | perm
-	if name == "TRAILER!!!" {
-		mode = 0
-	}
-	c.entry(name, mode, data)
-}
-
-// entry writes one newc header, name and data, each padded to 4 bytes.
-func (c *cpioWriter) entry(name string, mode int, data []byte) {
-	if c.err != nil {
-		return
-	}
-	c.ino++
-	hdr := fmt.Sprintf("070701%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X%08X",
-		c.ino, mode, 0, 0, 1, 0, len(data), 0, 0, 0, 0, len(name)+1, 0)
-	buf := append([]byte(hdr), name...)
-	buf = append(buf, 0)
-	for len(buf)%4 != 0 {
-		buf = append(buf, 0)
-	}
-	buf = append(buf, data...)
-	for len(buf)%4 != 0 {
-		buf = append(buf, 0)
-	}
-	_, c.err = c.w.Write(buf)
 }
 
 func pct(us []int64, p int) time.Duration {

@@ -38,13 +38,13 @@ const sleep = (ms, signal) =>
   });
 export { sleep };
 
-// request sends one call. opts: accept (extra statuses that are not
+// request sends one call. opts: token (the session's unless given), accept (extra statuses that are not
 // errors), ifMatch, signal, anonymous.
 export async function request(method, path, body, opts = {}) {
   // X-Requested-With: a 401 then carries no Basic challenge, which would
   // make the browser pop up its own login dialog.
   const headers = { Accept: 'application/json', 'X-Requested-With': 'XMLHttpRequest' };
-  const tok = token();
+  const tok = opts.token || token();
   if (tok && !opts.anonymous) headers['X-Auth-Token'] = tok;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (opts.ifMatch) headers['If-Match'] = opts.ifMatch;
@@ -63,7 +63,9 @@ export async function request(method, path, body, opts = {}) {
   if (text) {
     try { json = JSON.parse(text); } catch { json = null; }
   }
-  if (res.status === 401 && tok && !opts.anonymous) unauthorized();
+  // Only the session in use ends the console's: a 401 of a request that
+  // was in flight when the console signed out (or signed in anew) does not.
+  if (res.status === 401 && tok && !opts.anonymous && tok === token()) unauthorized();
   if (!res.ok && !opts.noThrow && !(opts.accept || []).includes(res.status)) {
     throw new ApiError(res.status, json, `${res.status} ${res.statusText}`);
   }
@@ -106,10 +108,11 @@ export async function login(user, password) {
 
 export async function logout() {
   const s = sessionURI();
-  if (s && token()) {
-    try { await request('DELETE', s); } catch { /* the session may be gone already */ }
+  const tok = token();
+  forget(); // first: the answers of requests still in flight are no longer this console's
+  if (s && tok) {
+    try { await request('DELETE', s, undefined, { token: tok }); } catch { /* the session may be gone already */ }
   }
-  forget();
 }
 
 export function forget() {

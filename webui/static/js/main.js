@@ -4,7 +4,8 @@
 import { html, render, useState, useEffect, useCallback } from './lib.js';
 import * as api from './api.js';
 import * as live from './live.js';
-import { Principal, Root, ErrorBox, Notice, Loading, Field } from './ui.js';
+import { Principal, Root, ErrorBox, Notice, Loading, Field, NotPermitted } from './ui.js';
+import { Notifications } from './notify.js';
 
 const PAGES = [
   { path: 'dashboard', title: 'Dashboard', load: () => import('./pages/dashboard.js') },
@@ -13,7 +14,10 @@ const PAGES = [
   { path: 'hotpages', title: 'Hot pages', load: () => import('./pages/hotpages.js') },
   { path: 'events', title: 'Events & audit log', load: () => import('./pages/events.js') },
   { path: 'board', title: 'Sensors, fans & power', load: () => import('./pages/board.js') },
+  { path: 'alerts', title: 'Alerts & thresholds', load: () => import('./pages/alerts.js'), appliance: true },
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
+import { Principal, Root, ErrorBox, Notice, Loading, Field, NotPermitted } from './ui.js';
+import { Notifications } from './notify.js';
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
   { path: 'users', title: 'Users & roles', load: () => import('./pages/users.js') },
   { path: 'network', title: 'Network & time', load: () => import('./pages/network.js'), appliance: true },
@@ -149,6 +153,7 @@ function PageHost({ route, principal }) {
     return () => { cancelled = true; };
   }, [route.path]);
   if (!page) return html`<h1>Not found</h1><p>No page “${route.path}”. <a href="#/dashboard">Dashboard</a></p>`;
+  if (page.appliance && !principal.can.appliance) return html`<h1>${page.title}</h1><${NotPermitted} what=${'The ' + page.title + ' page'} principal=${principal} />`;
   if (err) return html`<${ErrorBox} error=${err} />`;
   if (!mod) return html`<${Loading} what=${'Loading ' + page.title} />`;
   const Page = mod.default;
@@ -161,6 +166,10 @@ function Shell({ principal, onLogout }) {
   useEffect(() => {
     const m = document.getElementById('main');
     if (m) m.focus({ preventScroll: true });
+    // On a narrow screen the page list is one scrolling row: keep the
+    // current page's link in view.
+    const cur = document.querySelector('.sidenav a[aria-current="page"]');
+    if (cur) cur.scrollIntoView({ block: 'nearest', inline: 'nearest' });
   }, [route.path]);
   return html`<div class="shell">
     <a class="skip" href="#main" onClick=${(e) => { e.preventDefault(); document.getElementById('main').focus(); }}>Skip to content</a>
@@ -168,6 +177,7 @@ function Shell({ principal, onLogout }) {
       <div class="brand"><span class="logo" aria-hidden="true">▦</span> cxlpool <span class="hint">Fabric Manager</span></div>
       <div class="topbar-r">
         <${StreamIndicator} />
+        <${Notifications} principal=${principal} />
         <span class="who" id="whoami">${principal.user} <span class="badge muted">${principal.role}${principal.host ? ' · ' + principal.host : ''}</span></span>
         <${ThemeToggle} />
         <button class="ghost" onClick=${onLogout} id="logout">Sign out</button>

@@ -110,8 +110,10 @@ export function Meter({ value, max, label }) {
 export function ErrorBox({ error, onDismiss }) {
   if (!error) return null;
   const e = error instanceof ApiError ? error : { message: String((error && error.message) || error) };
+  const role = (useContext(Principal) || {}).role;
   return html`<div class="alert bad" role="alert">
     <strong>${e.status ? `The box refused (${e.status})` : 'Error'}:</strong> <span class="alert-msg">${e.message}</span>
+    ${e.status === 403 && /InsufficientPrivilege$/.test(e.messageId || '') ? html`<div class="forbidden-role">This is not permitted for your role${role ? ' (' + role + ')' : ''}.</div>` : null}
     ${e.resolution ? html`<div class="hint">${e.resolution}</div>` : null}
     ${onDismiss ? html`<button class="link" onClick=${onDismiss}>Dismiss</button>` : null}
   </div>`;
@@ -128,6 +130,17 @@ export function Unavailable({ what, detail }) {
     <h2>Not available on this box</h2>
     <p>${what}</p>
     ${detail ? html`<p class="hint">${detail}</p>` : null}
+  </div>`;
+}
+
+// NotPermitted: a page or panel the account's role may not see (a host
+// account opening an appliance-wide page): said plainly, with the role.
+export function NotPermitted({ what, principal }) {
+  const p = principal || {};
+  return html`<div class="unavailable not-permitted" role="status" id="not-permitted">
+    <h2>Not permitted for your role</h2>
+    <p>${what} is not permitted for the role ${p.role || 'of this account'}${p.host ? ` (an account bound to ${p.host})` : ''}.</p>
+    <p class="hint">An administrator can give the account another role on the Users & roles page. <a href="#/dashboard">Back to the dashboard</a></p>
   </div>`;
 }
 

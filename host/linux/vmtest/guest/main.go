@@ -33,6 +33,7 @@ import (
 	"cxlpool/host"
 	"cxlpool/host/linux"
 	"cxlpool/host/linux/vmtest"
+	"cxlpool/internal/vmkit"
 )
 
 const (
@@ -84,7 +85,7 @@ func run(res *vmtest.Result) error {
 	var uts unix.Utsname
 	_ = unix.Uname(&uts)
 	res.Kernel = unix.ByteSliceToString(uts.Release[:])
-	if err := loadModules("/modules.order"); err != nil {
+	if err := vmkit.LoadModules("/modules.order"); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -351,30 +352,6 @@ func hold(path, size string) error {
 	fmt.Println("held")
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	return unix.Munmap(mem)
-}
-
-// loadModules loads each module file named in order (dependencies first).
-func loadModules(order string) error {
-	b, err := os.ReadFile(order)
-	if err != nil {
-		return err
-	}
-	for line := range strings.Lines(string(b)) {
-		p := strings.TrimSpace(line)
-		if p == "" {
-			continue
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		err = unix.FinitModule(int(f.Fd()), "", 0)
-		f.Close()
-		if err != nil && !errors.Is(err, unix.EEXIST) {
-			return fmt.Errorf("load %s: %w", p, err)
-		}
-	}
-	return nil
 }
 
 func waitFor(ctx context.Context, cond func() bool) error {

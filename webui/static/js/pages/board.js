@@ -5,9 +5,10 @@ import { html, useState, useEffect, useRef } from '../lib.js';
 import * as api from '../api.js';
 import { Card, ErrorBox, Loading, Unavailable, Health, ActionButton } from '../ui.js';
 import { TimeChart } from '../chart.js';
+import * as histo from '../history.js';
 
 const CHASSIS = '/redfish/v1/Chassis/Pool';
-const HISTORY = 120; // samples kept for the charts (10 min at 5 s)
+const HISTORY = 1080; // points kept for the charts: the box's last hour, then 30 min more at 5 s
 
 async function load(chassis) {
   const part = async (link, fn) => (link ? fn(api.id(link)).catch((e) => ({ error: e })) : null);
@@ -33,7 +34,13 @@ export default function Board({ principal }) {
   const [chassis, setChassis] = useState(null);
   const [d, setD] = useState(null);
   const [err, setErr] = useState(null);
-  const hist = useRef({ times: [], temps: {}, power: {} });
+  const hist = useRef({ times: [], temps: {}, power: {}, names: {} });
+  const [, redraw] = useState(0);
+  // The box's own history fills the charts' last hour at once.
+  useEffect(() => {
+    if (!principal.can.appliance) return; // SensorHistory is for appliance viewers
+    histo.load('SensorHistory').then((h) => { if (h) { prefill(hist.current, h); redraw((n) => n + 1); } }, () => {});
+  }, []);
 
   const reload = async () => {
     try {
@@ -65,8 +72,8 @@ export default function Board({ principal }) {
       ${led === undefined ? html`<p class="hint">This box exposes no identify LED (LocationIndicatorActive).</p>` : null}<//>
     ${none ? html`<${Unavailable} what="This box serves no sensors, thermal or power resources."
         detail="They come from the board controller (PLDM) through Chassis/Pool Sensors, ThermalSubsystem and PowerSubsystem." />` : !d ? html`<${Loading} />` : html`
-      ${h.times.length > 1 && Object.keys(h.temps).length ? html`<${Card} title="Temperatures"><${TimeChart} label="Temperature history" unit="°C" times=${h.times} series=${Object.entries(h.temps).map(([label, values]) => ({ label, values }))} /><//>` : null}
-      ${h.times.length > 1 && Object.keys(h.power).length ? html`<${Card} title="Power"><${TimeChart} label="Power history" unit="W" times=${h.times} series=${Object.entries(h.power).map(([label, values]) => ({ label, values }))} /><//>` : null}
+      ${h.times.length > 1 && Object.keys(h.temps).length ? html`<${Card} title="Temperatures"><${TimeChart} label="Temperature history" unit="°C" times=${h.times} series=${Object.entries(h.temps).map(([k, values]) => ({ label: h.names[k] || k, values }))} id="temp-chart" /><//>` : null}
+      ${h.times.length > 1 && Object.keys(h.power).length ? html`<${Card} title="Power"><${TimeChart} label="Power history" unit="W" times=${h.times} series=${Object.entries(h.power).map(([k, values]) => ({ label: h.names[k] || k, values }))} id="power-chart" /><//>` : null}
       <div class="grid">
         ${d.thermal ? html`<${Card} title="Fans">${d.thermal.error ? html`<${ErrorBox} error=${d.thermal.error} />` : html`
           <table id="fans"><thead><tr><th>Fan</th><th class="num">Speed</th><th>Health</th></tr></thead><tbody>
@@ -108,12 +115,32 @@ function record(h, sensors) {
     map[key].push(v);
   };
   for (const s of sensors) {
-    if (s.ReadingType === 'Temperature') put(h.temps, s.Name || s.Id, s.Reading ?? null);
-    if (s.ReadingType === 'Power') put(h.power, s.Name || s.Id, s.Reading ?? null);
+    h.names[s.Id] = s.Name || s.Id;
+    if (s.ReadingType === 'Temperature') put(h.temps, s.Id, s.Reading ?? null);
+    if (s.ReadingType === 'Power') put(h.power, s.Id, s.Reading ?? null);
   }
   for (const map of [h.temps, h.power]) for (const k of Object.keys(map)) if (map[k].length < h.times.length) map[k].push(null);
   if (h.times.length > HISTORY) {
     h.times.shift();
     for (const map of [h.temps, h.power]) for (const k of Object.keys(map)) map[k].shift();
+  }
+}
+
+// prefill puts the box's history (SensorHistory, keyed by sensor Id)
+// before the readings this page took itself.
+function prefill(h, hs) {
+  const first = h.times.length ? h.times[0] : Infinity;
+  const keep = hs.times.map((t, i) => [t, i]).filter(([t]) => t < first - 1);
+  const n = keep.length;
+  if (!n) return;
+  const own = h.times.length;
+  h.times = [...keep.map(([t]) => t), ...h.times];
+  for (const map of [h.temps, h.power]) for (const k of Object.keys(map)) map[k] = [...new Array(n).fill(null), ...map[k]];
+  const maps = { SensorTemperature: h.temps, SensorPower: h.power };
+  for (const s of hs.series) {
+    const map = maps[s.metric];
+    if (!map) continue;
+    const vals = keep.map(([, i]) => s.values[i]);
+    map[s.subject] = map[s.subject] ? [...vals, ...map[s.subject].slice(n)] : [...vals, ...new Array(own).fill(null)];
   }
 }

@@ -4,6 +4,9 @@ import { html, useState, useEffect } from '../lib.js';
 import * as api from '../api.js';
 import { subscribe, useLive } from '../live.js';
 import { Card, Gauge, StackBar, Meter, Health, LinkBadge, ErrorBox, Loading, fmtMiB, fmtTime, Badge, hostColor, hostNum, origin } from '../ui.js';
+import * as hist from '../history.js';
+import { Sparkline, TimeChart } from '../chart.js';
+import { useAlerts, worst } from '../notify.js';
 
 const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
 const FREE_STRANDED = DOMAIN + '/Actions/Oem/CxlPool.FreeStrandedChunks';
@@ -30,7 +33,30 @@ async function load(principal) {
   return { dom, systems, conns, health, events };
 }
 
+// loadHistory reads the last hour of the pool's and the hosts' capacity
+// (one bucket a minute for the sparklines, 20 s for the chart).
+// A host account reads its own host's series only (HostHistory).
+async function loadHistory(principal) {
+  const pool = (metric) => (principal.can.appliance ? hist.load('PoolHistory', { metric, points: 60 }) : null);
+  const [free, granted, reserved, hosts] = await Promise.all([
+    pool('PoolFreeBytes'), pool('PoolGrantedBytes'), pool('PoolReservedBytes'),
+    hist.load('HostHistory', { metric: 'HostGrantedBytes', points: 180 }),
+  ]);
+  return { free, granted, reserved, hosts };
+}
+
+const GiB = 2 ** 30;
+const gib = (vs) => vs.map((v) => (v === null ? null : v / GiB));
+
 export default function Dashboard({ principal }) {
+  const [history, setHistory] = useState(null);
+  useEffect(() => {
+    const get = () => loadHistory(principal).then(setHistory, () => setHistory(null));
+    get();
+    const iv = setInterval(get, 30000);
+    return () => clearInterval(iv);
+  }, []);
+  const alerts = useAlerts(principal);
   const [st, setSt] = useState({});
   const [err, setErr] = useState(null);
   const [liveEvents, setLiveEvents] = useState([]);
@@ -94,7 +120,13 @@ export default function Dashboard({ principal }) {
           { label: 'Being sanitized', value: sanitizing, cls: 'sanitize' },
           { label: 'Orphaned', value: o.OrphanedMiB, cls: 'orphan' },
         ]} />
-        <p class="hint">Total ${fmtMiB(total)} · chunks in steps of ${fmtMiB(dom.MemoryChunkIncrementMiB)}.</p>`
+        <p class="hint">Total ${fmtMiB(total)} · chunks in steps of ${fmtMiB(dom.MemoryChunkIncrementMiB)}.</p>
+        ${history?.free ? html`<div class="sparks" id="pool-sparks">
+          ${[['Free', history.free, 'free'], ['Granted', history.granted, 'granted'], ['Reserved', history.reserved, 'reserved']].map(([lbl, h, cls]) => {
+            const vs = gib(h?.series[0]?.values || []);
+            return html`<div class="spark-item"><span class="hint">${lbl}, last hour</span>
+              <${Sparkline} cls=${cls} values=${vs} title=${`${lbl} capacity over the last hour: from ${(vs.find((v) => v !== null) ?? 0).toFixed(1)} to ${(vs[vs.length - 1] ?? 0).toFixed(1)} GiB`} /></div>`;
+          })}</div>` : null}`
       : html`
         <div class="gauges">
           <${Gauge} label=${'Held by ' + principal.host} value=${o.HeldMiB} total=${o.QuotaMiB || total} cls="granted" />
@@ -104,21 +136,27 @@ export default function Dashboard({ principal }) {
     <//>
     <div class="grid">
       <${Card} title="Per-host usage" id="hostuse">
-        <table><thead><tr><th>Host</th><th>Link</th><th class="num">Granted</th><th>Of quota</th></tr></thead>
+        <table><thead><tr><th>Host</th><th>Link</th><th class="num">Granted</th><th>Of quota</th>${history?.hosts ? html`<th title="Granted over the last hour">1 h</th>` : null}</tr></thead>
         <tbody>${systems.map((s) => {
           const c = s.Oem?.CxlPool || {};
           return html`<tr><td><span class="sw" style=${{ background: hostColor(hostNum(s.Id)) }}></span> <a href=${'#/hosts?host=' + s.Id}>${s.Name}</a></td>
             <td><${LinkBadge} up=${c.LinkUp} /></td><td class="num">${fmtMiB(c.GrantedMiB)}</td>
-            <td>${c.QuotaMiB ? html`<${Meter} value=${c.GrantedMiB} max=${c.QuotaMiB} label=${`${s.Id}: ${fmtMiB(c.GrantedMiB)} of ${fmtMiB(c.QuotaMiB)}`} />` : html`<span class="hint">no quota</span>`}</td></tr>`;
+            <td>${c.QuotaMiB ? html`<${Meter} value=${c.GrantedMiB} max=${c.QuotaMiB} label=${`${s.Id}: ${fmtMiB(c.GrantedMiB)} of ${fmtMiB(c.QuotaMiB)}`} />` : html`<span class="hint">no quota</span>`}</td>
+            ${history?.hosts ? html`<td><${Sparkline} width=${48} values=${gib(history.hosts.series.find((x) => x.subject === s.Id)?.values || [])} title=${`${s.Id}'s granted capacity over the last hour`} /></td>` : null}</tr>`;
         })}</tbody></table>
       <//>
       <${Card} title="Health" id="health">
         <dl class="kv">
           ${health.map((h) => html`<dt><a href=${h.href}>${h.label}</a></dt><dd>${h.error ? html`<span class="badge bad">${h.error}</span>` : html`<${Health} status=${h.status} />`}</dd>`)}
+          ${alerts ? html`<dt><a href="#/alerts">Alerts</a></dt><dd id="health-alerts">${alerts.open.length === 0 ? html`<${Badge} value="OK" label="none open" />`
+            : html`<${Badge} value=${worst(alerts.open)} label=${`${alerts.open.length} open${alerts.unacked ? `, ${alerts.unacked} new` : ''}`} />`}</dd>` : null}
           <dt>Host links</dt><dd><${Badge} value=${upCount === systems.length ? 'OK' : 'Warning'} label=${`${upCount} of ${systems.length} up`} /></dd>
           <dt>Active connections</dt><dd>${conns.length}</dd>
         </dl>
       <//>
+      ${history?.hosts && history.hosts.times.length > 1 ? html`<${Card} title="Per-host usage over the last hour" id="hostuse-chart" class="wide">
+        <${TimeChart} id="host-history" label="Granted capacity per host over the last hour" unit="GiB" times=${history.hosts.times}
+          series=${history.hosts.series.map((x) => ({ label: x.subject, color: hostColor(hostNum(x.subject)), values: gib(x.values) }))} /><//>` : null}
       <${Card} title="Recent events" id="recent" actions=${principal.can.appliance ? html`<a href="#/events">All events</a>` : null}>
         ${events.length === 0 ? html`<p class="hint">No events yet.</p>` : html`
         <ul class="plain events-mini">${events.map((e) => html`<li><${Badge} value=${sev(e.Severity)} label=${e.Severity || 'OK'} /> <span class="hint">${fmtTime(e.Created)}</span><br />${e.Message}${e.origin ? html` <span class="hint mono">${e.origin}</span>` : null}</li>`)}</ul>`}

@@ -6,6 +6,7 @@ import * as api from '../api.js';
 import { useLive } from '../live.js';
 import { Card, ErrorBox, Loading, Unavailable, Modal, Field, Badge, Confirm, fmtMiB, fmtBytes, fmtTime, useRoot } from '../ui.js';
 import { TimeChart } from '../chart.js';
+import * as histo from '../history.js';
 
 const CHUNKS = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool/MemoryChunks';
 
@@ -30,6 +31,14 @@ export default function Exports({ principal }) {
   const [err, setErr] = useState(null);
   const [dlg, setDlg] = useState(null);
   const hist = useRef({ times: [], prev: {}, rate: {} });
+  // The box's history of the exports' throughput: the last hour at once.
+  const [past, setPast] = useState(null);
+  useEffect(() => {
+    const get = () => histo.load('ExportHistory').then(setPast, () => {});
+    get();
+    const iv = setInterval(get, 30000);
+    return () => clearInterval(iv);
+  }, []);
 
   const reload = async () => {
     try {
@@ -53,7 +62,10 @@ export default function Exports({ principal }) {
     <div class="page-h"><h1>Exports</h1><span class="hint">${fabric.Name || fabric.Id} · ${fabric.FabricType || ''}</span>
       ${can ? html`<button class="primary" onClick=${() => setDlg({ kind: 'create' })} id="export-create">New export…</button>` : null}</div>
     <${ErrorBox} error=${err} />
-    ${h.times.length > 1 && Object.keys(h.rate).length ? html`<${Card} title="Traffic"><${TimeChart} label="Export throughput" unit="MiB/s" times=${h.times} series=${Object.entries(h.rate).map(([label, values]) => ({ label, values }))} /><//>` : null}
+    ${past && past.times.length > 1 ? html`<${Card} title="Throughput over the last hour (all exports)"><${TimeChart} id="export-history" label="Export throughput over the last hour"
+      unit="MiB/s" times=${past.times} series=${past.series.map((x, i) => ({ label: x.metric === 'ExportReadBytesPerSecond' ? 'Read' : 'Written',
+        color: i ? '#D55E00' : '#0072B2', values: x.values.map((v) => (v === null ? null : v / 2 ** 20)) }))} /><//>` : null}
+    ${h.times.length > 1 && Object.keys(h.rate).length ? html`<${Card} title="Traffic per export (live)"><${TimeChart} label="Export throughput" unit="MiB/s" times=${h.times} series=${Object.entries(h.rate).map(([label, values]) => ({ label, values }))} /><//>` : null}
     <${Card} title=${`Exports (${conns ? conns.length : '…'})`}>
       ${!conns ? html`<${Loading} />` : conns.length === 0 ? html`<p class="hint">No exports.</p>` : html`<div class="table-wrap"><table id="exports">
         <thead><tr><th>Export</th><th>Remote client</th><th>Chunk</th><th>Access</th><th>Expires</th><th class="num">Read</th><th class="num">Written</th><th class="num">Operations</th><th>State</th><th></th></tr></thead>

@@ -1,11 +1,13 @@
-// Hot pages: a live heatmap of the pool and each host's hottest units,
-// from the telemetry WebSocket stream; with placement hints.
+// Hot pages: a live heatmap of the allocated capacity by host and chunk
+// (or of the whole pool) and each scope's hottest units with the host and
+// chunk they lie in, from the telemetry WebSocket stream; with placement
+// hints.
 import { html, useState, useEffect, useRef } from '../lib.js';
 import * as api from '../api.js';
-import { Card, ErrorBox, Loading, Unavailable, useRoot, fmtMiB, fmtBytes, hostColor } from '../ui.js';
-import { decodeFrame, heat, viridisTable, findStreamURI, KIND_HEATMAP, KIND_TOPK, SCOPE_POOL, SCOPE_SHARED } from '../telemetry.js';
-
-const LUT = viridisTable();
+import { useLive } from '../live.js';
+import { Card, ErrorBox, Loading, Unavailable, useRoot, fmtMiB, fmtBytes, hostColor, hostNum } from '../ui.js';
+import { decodeFrame, findStreamURI, KIND_HEATMAP, KIND_TOPK, SCOPE_POOL, SCOPE_SHARED } from '../telemetry.js';
+import { AllocatedHeat, PoolHeat, HeatLegend, groups, chunkAt, offsetIn, ranges, holders, hoverText } from './heatmap.js';
 const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
 
 function wsURL(uri) {
@@ -47,15 +49,20 @@ export default function HotPages() {
 }
 
 function Live({ oem, svc }) {
-  const canvas = useRef(null);
   const [st, setSt] = useState({ state: 'connecting', frames: 0, dropped: 0, lag: null, heatmap: null, topk: {} });
   const [chunks, setChunks] = useState([]);
   const [hover, setHover] = useState(null);
   const [hints, setHints] = useState(null);
-  const last = useRef({ seq: null, heatmap: null });
+  const [view, setView] = useState('allocated');
+  const last = useRef({ seq: null });
+
+  // Who holds which DPA: the chunks' placement and grants, reread when
+  // capacity changes (and every 15 s).
+  const loadChunks = () => api.members(DOMAIN + '/MemoryChunks').then(setChunks, () => {});
+  useLive(loadChunks, { match: (r) => /\/(MemoryChunks|Connections)\b/.test(api.id(r.OriginOfCondition)) });
 
   useEffect(() => {
-    api.members(DOMAIN + '/MemoryChunks').then(setChunks, () => {});
+    loadChunks();
     let ws;
     let closed = false;
     let retry = null;
@@ -79,7 +86,6 @@ function Live({ oem, svc }) {
         const prev = last.current.seq;
         const gap = prev !== null && f.seq > prev + 1 ? f.seq - prev - 1 : 0;
         last.current.seq = f.seq;
-        if (f.kind === KIND_HEATMAP) { last.current.heatmap = f; draw(canvas.current, f); }
         setSt((s) => ({
           ...s, state: 'open', frames: s.frames + 1, dropped: s.dropped + gap, lag: Date.now() - f.timeMs,
           heatmap: f.kind === KIND_HEATMAP ? f : s.heatmap,
@@ -101,45 +107,44 @@ function Live({ oem, svc }) {
   }, []);
 
   const hm = st.heatmap;
-  const cols = hm ? Math.ceil(Math.sqrt(hm.cells.length)) : 0;
-  const maxQ = hm ? hm.cells.reduce((a, b) => Math.max(a, b), 0) : 0;
   const cellBytes = hm ? 2 ** hm.cellShift : 0;
-  const onMove = (e) => {
-    if (!hm) return;
-    const r = e.currentTarget.getBoundingClientRect();
-    const x = Math.floor(((e.clientX - r.left) / r.width) * cols);
-    const y = Math.floor(((e.clientY - r.top) / r.height) * Math.ceil(hm.cells.length / cols));
-    const i = y * cols + x;
-    if (i >= 0 && i < hm.cells.length) setHover({ i, q: hm.cells[i] });
-  };
-  const owner = (dpa) => chunks.find((c) => c.AddressRangeOffsetMiB !== undefined && dpa >= c.AddressRangeOffsetMiB * 2 ** 20 && dpa < (c.AddressRangeOffsetMiB + c.MemoryChunkSizeMiB) * 2 ** 20);
-  const hoverDPA = hover && hm ? hm.base + hover.i * cellBytes : 0;
-  const hoverChunk = hover ? owner(hoverDPA) : null;
+  // The colour scale spans the cells shown: in the allocated view the
+  // hottest held cell is yellow even when a cold pool surrounds it.
+  const shownQ = (() => {
+    if (!hm) return 0;
+    if (view === 'pool') return hm.cells.reduce((a, b) => Math.max(a, b), 0);
+    let m = 0;
+    for (const g of groups(chunks, hm)) for (const it of g.chunks) for (const i of it.idx) m = Math.max(m, hm.cells[i]);
+    return m;
+  })();
+  const maxQ = Math.max(1, shownQ);
   const cold = hm ? coldChunks(hm, chunks) : [];
   // Pool (scope −2) first, then shared capacity (−1), then the hosts;
   // empty scopes are named in one line instead of a table each.
   const all = Object.values(st.topk).sort((a, b) => a.scope - b.scope);
   const topk = all.filter((t) => t.entries.length);
   const idle = all.filter((t) => !t.entries.length).map((t) => t.scope);
+  const tab = (v, label) => html`<button role="tab" id=${'heat-view-' + v} aria-selected=${view === v ? 'true' : 'false'} onClick=${() => { setView(v); setHover(null); }}>${label}</button>`;
 
   return html`
-    <${Card} title="Pool heatmap" actions=${html`<span class=${'live-dot ' + (st.state === 'open' ? 'open' : 'reconnecting')} id="heat-state">${st.state}</span>`}>
+    <${Card} title="Heatmap" actions=${html`<div role="tablist" aria-label="Heatmap view" class="row">${tab('allocated', 'Allocated capacity')}${tab('pool', 'Whole pool')}</div>
+        <span class=${'live-dot ' + (st.state === 'open' ? 'open' : 'reconnecting')} id="heat-state">${st.state}</span>`}>
       <div class="heat-wrap">
-        <div>
-          <canvas ref=${canvas} class="heat-canvas" id="heatmap" role="img" onMouseMove=${onMove} onMouseLeave=${() => setHover(null)}
-            aria-label=${hm ? `Heatmap of ${hm.cells.length} cells of ${fmtBytes(cellBytes)}; hottest cell heat ${heat(maxQ).toFixed(0)}` : 'Waiting for the first heatmap'}></canvas>
-          <div class="heat-legend" role="img" aria-label="Colour scale: dark purple is cold, yellow is hottest" id="heat-legend"></div>
-          <div class="heat-scale"><span>cold (0)</span><span>≈ ${heat(maxQ).toFixed(0)} accesses/epoch</span></div>
+        <div class="heat-main">
+          ${!hm ? html`<${Loading} what="Waiting for the first heatmap frame" />`
+            : view === 'pool' ? html`<${PoolHeat} hm=${hm} chunks=${chunks} maxQ=${maxQ} onHover=${setHover} />`
+            : html`<${AllocatedHeat} hm=${hm} chunks=${chunks} maxQ=${maxQ} onHover=${setHover} />`}
+          <${HeatLegend} maxQ=${maxQ} />
         </div>
-        <div>
+        <div class="heat-side">
           <p><span class="stat"><b id="heat-frames">${st.frames}</b>frames</span><span class="stat"><b>${st.dropped}</b>dropped</span><span class="stat"><b>${st.lag === null ? '–' : st.lag + ' ms'}</b>lag</span></p>
-          ${hm ? html`<dl class="kv"><dt>Cells</dt><dd>${hm.cells.length} × ${fmtBytes(cellBytes)}</dd><dt>Base DPA</dt><dd class="mono">0x${hm.base.toString(16)}</dd><dt>Sequence</dt><dd>${hm.seq}</dd></dl>` : html`<${Loading} what="Waiting for the first heatmap frame" />`}
-          ${hover ? html`<p class="mono" aria-live="polite">cell ${hover.i} · DPA 0x${hoverDPA.toString(16)} · heat ≈ ${heat(hover.q).toFixed(1)}${hoverChunk ? ` · chunk ${hoverChunk.Id} (${(hoverChunk.Oem?.CxlPool?.Grants || []).map((g) => g.SystemId).join(', ') || 'unassigned'})` : ''}</p>` : html`<p class="hint">Point at a cell for its address, heat and owner.</p>`}
+          ${hm ? html`<dl class="kv"><dt>Cells</dt><dd>${hm.cells.length} × ${fmtBytes(cellBytes)}</dd><dt>Base DPA</dt><dd class="mono">0x${hm.base.toString(16)}</dd><dt>Sequence</dt><dd>${hm.seq}</dd></dl>` : null}
+          <p class="mono heat-hover" id="heat-hover" aria-live="polite">${hover ? hoverText(hover) : html`<span class="hint">Point at a cell for its host, chunk, offset and access rate.</span>`}</p>
         </div>
       </div>
     <//>
     <div class="grid">
-      ${topk.map((t) => html`<${TopK} t=${t} />`)}
+      ${topk.map((t) => html`<${TopK} t=${t} chunks=${chunks} />`)}
       ${Object.keys(st.topk).length === 0 ? html`<${Card} title="Top-K"><${Loading} what="Waiting for top-K frames" /><//>`
         : idle.length ? html`<${Card} title="Top-K"><p id="topk-idle">No hot units yet: ${idle.map(scopeName).join(', ')}.</p><//>` : null}
       <${Card} title="Hints">${hints && hints.length ? html`<${BoxHints} hints=${hints} />` : html`
@@ -163,45 +168,42 @@ function BoxHints({ hints }) {
 
 const scopeName = (scope) => (scope === SCOPE_POOL ? 'whole pool' : scope === SCOPE_SHARED ? 'shared capacity' : 'Host' + scope);
 
-function TopK({ t }) {
+// TopK lists a scope's hottest units with the host and chunk each lies
+// in (from the chunks' placement), not only its device address.
+function TopK({ t, chunks }) {
   const name = scopeName(t.scope);
+  const unit = 2 ** t.unitShift;
   return html`<${Card} title=${`Top ${t.entries.length}: ${name}`}>
     ${t.scope >= 0 ? html`<span class="sw" style=${{ background: hostColor(t.scope) }}></span>` : null}
-    <table class="topk" data-scope=${t.scope}><thead><tr><th>#</th><th>DPA</th><th class="num">Count</th><th class="num">± error</th></tr></thead>
-      <tbody>${t.entries.slice(0, 10).map((e, i) => html`<tr><td>${i + 1}</td><td class="mono">0x${(e.unit * 2 ** t.unitShift).toString(16)}</td><td class="num">${e.count}</td><td class="num">${e.err}</td></tr>`)}</tbody></table>
-    <p class="hint">Unit ${fmtBytes(2 ** t.unitShift)}; no count is over by more than ${t.errorBound}.</p>
+    <div class="table-wrap"><table class="topk" data-scope=${t.scope}><thead><tr><th>#</th><th>Host</th><th>Chunk</th><th class="num">Offset</th><th class="num">Count ± error</th><th>DPA</th></tr></thead>
+      <tbody>${t.entries.slice(0, 10).map((e, i) => {
+        const dpa = e.unit * unit;
+        const c = chunkAt(chunks, dpa);
+        const hs = c ? holders(c) : [];
+        return html`<tr><td>${i + 1}</td>
+          <td class="topk-host">${hs.length ? hs.map((s) => html`<span class="nowrap"><span class="sw" style=${{ background: hostColor(hostNum(s)) }}></span> ${s} </span>`) : html`<span class="hint">${t.scope >= 0 ? 'Host' + t.scope : '–'}</span>`}</td>
+          <td class="topk-chunk">${c ? c.Id : '–'}</td>
+          <td class="num nowrap">${c ? fmtBytes(offsetIn(c, dpa)) : '–'}</td>
+          <td class="num nowrap">${e.count} <span class="hint">±${e.err}</span></td><td class="mono">0x${dpa.toString(16)}</td></tr>`;
+      })}</tbody></table></div>
+    <p class="hint">Unit ${fmtBytes(unit)}; no count is over by more than ${t.errorBound}. Offset is within the chunk.</p>
   <//>`;
 }
 
 function coldChunks(hm, chunks) {
   const cell = 2 ** hm.cellShift;
   return chunks.filter((c) => {
-    if (c.AddressRangeOffsetMiB === undefined || c.Status?.State !== 'Enabled') return false;
-    const a = Math.floor((c.AddressRangeOffsetMiB * 2 ** 20 - hm.base) / cell);
-    const b = Math.ceil(((c.AddressRangeOffsetMiB + c.MemoryChunkSizeMiB) * 2 ** 20 - hm.base) / cell);
-    for (let i = Math.max(0, a); i < Math.min(b, hm.cells.length); i++) if (hm.cells[i] > 0) return false;
-    return a < hm.cells.length;
+    const rs = ranges(c);
+    if (!rs.length || c.Status?.State !== 'Enabled') return false;
+    let seen = false;
+    for (const r of rs) {
+      const a = Math.floor((r.start - hm.base) / cell);
+      const b = Math.ceil((r.end - hm.base) / cell);
+      for (let i = Math.max(0, a); i < Math.min(b, hm.cells.length); i++) if (hm.cells[i] > 0) return false;
+      seen = seen || a < hm.cells.length;
+    }
+    return seen;
   });
-}
-
-function draw(cv, f) {
-  if (!cv) return;
-  const n = f.cells.length;
-  const cols = Math.ceil(Math.sqrt(n));
-  const rows = Math.ceil(n / cols);
-  if (cv.width !== cols || cv.height !== rows) { cv.width = cols; cv.height = rows; }
-  const ctx = cv.getContext('2d');
-  const img = ctx.createImageData(cols, rows);
-  let maxQ = 1;
-  for (let i = 0; i < n; i++) if (f.cells[i] > maxQ) maxQ = f.cells[i];
-  for (let i = 0; i < n; i++) {
-    const k = Math.round((255 * f.cells[i]) / maxQ) * 3;
-    img.data[i * 4] = LUT[k];
-    img.data[i * 4 + 1] = LUT[k + 1];
-    img.data[i * 4 + 2] = LUT[k + 2];
-    img.data[i * 4 + 3] = 255;
-  }
-  ctx.putImageData(img, 0, 0);
 }
 
 function Reports({ svc }) {

@@ -5,6 +5,7 @@ import { html, useState, useEffect } from '../lib.js';
 import * as api from '../api.js';
 import { useLive } from '../live.js';
 import { Card, ErrorBox, Loading, fmtMiB, hostColor, hostNum, LinkBadge } from '../ui.js';
+import { holders, ranges } from './heatmap.js';
 
 const DOMAIN = '/redfish/v1/Chassis/Pool/MemoryDomains/Pool';
 
@@ -19,7 +20,7 @@ async function load() {
 const W = 1000;
 const H = 600;
 const BOX = { x: 330, y: 40, w: 340, h: 520 };
-const POOL = { x: BOX.x + 130, y: BOX.y + 60, w: 80, h: BOX.h - 110 };
+const POOL = { x: BOX.x + 95, y: BOX.y + 60, w: 150, h: BOX.h - 110 };
 
 export default function Topology() {
   const [d, setD] = useState(null);
@@ -44,9 +45,11 @@ export default function Topology() {
   const yOf = (mib) => POOL.y + (POOL.h * mib) / total;
   const placed = chunks.filter((c) => c.AddressRangeOffsetMiB !== undefined);
   const unplaced = chunks.filter((c) => c.AddressRangeOffsetMiB === undefined);
-  const holders = (c) => (c.Oem?.CxlPool?.Grants || []).filter((g) => g.State === 'granted' || g.State === 'releasing' || g.State === 'adding').map((g) => g.SystemId);
+  // Regions lie one after the other on the device, in index order.
+  const regions = (dom.Oem?.CxlPool?.Regions || []).map((r, i, all) => ({ ...r, off: all.slice(0, i).reduce((a, x) => a + x.SizeMiB, 0) }));
 
   const desc = `The memory box with ${n} host heads. ` + heads.map((h) => `${h.s.Id} link ${h.up ? 'up' : 'down'}`).join(', ') + '. ' +
+    regions.map((r) => `Region ${r.Region}, ${r.Sharable ? 'sharable' : 'not sharable'}: ${fmtMiB(r.SizeMiB - r.FreeMiB)} used, ${fmtMiB(r.FreeMiB)} free`).join('. ') + '. ' +
     placed.map((c) => `Chunk ${c.Id} (${fmtMiB(c.MemoryChunkSizeMiB)}) to ${holders(c).join(' and ') || 'no host'}`).join('. ');
 
   return html`
@@ -63,25 +66,36 @@ export default function Topology() {
         <text x=${BOX.x + BOX.w / 2} y=${BOX.y + 42} text-anchor="middle" class="small">${dcd ? `${dcd.Model || 'DCD'} · ${fmtMiB(total)}` : fmtMiB(total)}</text>
         <rect class="pool-bg" x=${POOL.x} y=${POOL.y} width=${POOL.w} height=${POOL.h} rx="4" />
         <text x=${POOL.x + POOL.w / 2} y=${POOL.y + POOL.h + 18} text-anchor="middle" class="small">device capacity (DPA)</text>
-        ${(dom.Oem?.CxlPool?.Regions || []).map((r, i, all) => {
-          const off = all.slice(0, i).reduce((a, x) => a + x.SizeMiB, 0);
-          return i > 0 ? html`<line x1=${POOL.x - 6} x2=${POOL.x + POOL.w + 6} y1=${yOf(off)} y2=${yOf(off)} stroke="currentColor" stroke-dasharray="2 2" opacity="0.5" />` : null;
-        })}
+        ${regions.map((r) => html`<g data-region=${r.Region} class=${'region ' + (r.Sharable ? 'sharable' : 'private')}>
+          <rect class="region-band" x=${POOL.x} y=${yOf(r.off)} width=${POOL.w} height=${(POOL.h * r.SizeMiB) / total} />
+          ${r.off > 0 ? html`<line x1=${POOL.x - 6} x2=${POOL.x + POOL.w + 6} y1=${yOf(r.off)} y2=${yOf(r.off)} class="region-edge" />` : null}
+        </g>`)}
         ${placed.map((c) => {
           const hs = holders(c);
-          const y = yOf(c.AddressRangeOffsetMiB);
-          const h = Math.max(3, (POOL.h * c.MemoryChunkSizeMiB) / total);
-          const fill = hs.length > 1 ? `url(#hatch-${hs[0]})` : hostColor(hostNum(hs[0]));
-          return html`<g data-chunk=${c.Id}>
-            <rect x=${POOL.x} y=${y} width=${POOL.w} height=${h} fill=${fill} stroke="#000" stroke-width="0.5"><title>Chunk ${c.Id}: ${fmtMiB(c.MemoryChunkSizeMiB)} at ${fmtMiB(c.AddressRangeOffsetMiB)}, ${hs.join(', ') || 'unassigned'}</title></rect>
+          // Each of its device ranges; the lines leave from the first.
+          const parts = ranges(c).map((r) => ({ y: yOf(r.start / 2 ** 20), h: Math.max(6, (POOL.h * (r.end - r.start)) / 2 ** 20 / total) }));
+          const { y, h } = parts[0] || { y: yOf(c.AddressRangeOffsetMiB), h: 6 };
+          const fill = hs.length > 1 ? `url(#hatch-${hs[0]})` : hs.length ? hostColor(hostNum(hs[0])) : undefined;
+          return html`<g data-chunk=${c.Id} data-holders=${hs.join(' ')}>
+            ${parts.map((p) => html`<rect x=${POOL.x} y=${p.y} width=${POOL.w} height=${p.h} fill=${fill} class=${fill ? undefined : 'reserved-chunk'} stroke="#000" stroke-width="0.5"><title>Chunk ${c.Id}: ${fmtMiB(c.MemoryChunkSizeMiB)} at ${fmtMiB(c.AddressRangeOffsetMiB)}${parts.length > 1 ? ` in ${parts.length} ranges` : ''}, ${hs.length > 1 ? 'shared by ' + hs.join(', ') : hs[0] || 'unassigned'}</title></rect>`)}
             ${hs.map((sid) => {
               const hd = headOf[sid];
               if (!hd) return null;
               const sx = hd.isLeft ? POOL.x : POOL.x + POOL.w;
               const cy = y + h / 2;
               const mx = (sx + hd.px) / 2;
-              return html`<path class="chunk-line" stroke=${hostColor(hostNum(sid))} d=${`M ${hd.px} ${hd.y} C ${mx} ${hd.y}, ${mx} ${cy}, ${sx} ${cy}`} />`;
+              return html`<path class=${'chunk-line' + (hs.length > 1 ? ' shared' : '')} data-to=${sid} stroke=${hostColor(hostNum(sid))} d=${`M ${hd.px} ${hd.y} C ${mx} ${hd.y}, ${mx} ${cy}, ${sx} ${cy}`} />`;
             })}
+          </g>`;
+        })}
+        ${regions.map((r) => {
+          // The label sits at the region's foot: chunks are placed from
+          // its base, so the foot is the last part to fill.
+          const y1 = yOf(r.off + r.SizeMiB);
+          return html`<g class="region-label" data-region-label=${r.Region}>
+            <rect x=${POOL.x + 4} y=${y1 - 40} width=${POOL.w - 8} height="36" rx="4" />
+            <text x=${POOL.x + POOL.w / 2} y=${y1 - 25} text-anchor="middle">Region ${r.Region} · ${r.Sharable ? 'sharable' : 'not sharable'}</text>
+            <text x=${POOL.x + POOL.w / 2} y=${y1 - 10} text-anchor="middle" class="small">${fmtMiB(r.SizeMiB - r.FreeMiB)} used · ${fmtMiB(r.FreeMiB)} free</text>
           </g>`;
         })}
         ${heads.map((h) => {
@@ -98,6 +112,20 @@ export default function Topology() {
           </g>`;
         })}
       </svg>
+    <//>
+    <${Card} title="Chunks on the device">
+      ${placed.length === 0 ? html`<p class="hint">No chunk is placed on the device yet.</p>` : html`<div class="table-wrap"><table id="topo-chunks">
+        <thead><tr><th>Chunk</th><th>Region</th><th class="num">Size</th><th class="num">Offset</th><th>Held by</th></tr></thead>
+        <tbody>${placed.slice().sort((a, b) => a.AddressRangeOffsetMiB - b.AddressRangeOffsetMiB).map((c) => {
+          const hs = holders(c);
+          const r = c.Oem?.CxlPool?.Region;
+          const reg = regions.find((x) => x.Region === r);
+          return html`<tr data-chunk=${c.Id}><td>${c.Id}${c.DisplayName ? ' ' + c.DisplayName : ''}</td>
+            <td>${r === undefined ? '–' : `${r}${reg ? (reg.Sharable ? ' · sharable' : ' · not sharable') : ''}`}</td>
+            <td class="num">${fmtMiB(c.MemoryChunkSizeMiB)}</td><td class="num">${fmtMiB(c.AddressRangeOffsetMiB)}${ranges(c).length > 1 ? html`<div class="hint">${ranges(c).length} ranges</div>` : null}</td>
+            <td>${hs.length ? hs.map((sid) => html`<span class="nowrap"><span class="sw" style=${{ background: hostColor(hostNum(sid)) }}></span> ${sid} </span>`) : html`<span class="hint">nobody</span>`}${hs.length > 1 ? html` <span class="badge info">shared</span>` : null}</td></tr>`;
+        })}</tbody></table></div>`}
+      <p class="hint">Hatched chunks are shared: a line runs from the chunk to every host that holds it.</p>
     <//>
     <div class="grid">
       <${Card} title="Heads">
