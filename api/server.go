@@ -309,5 +309,3 @@ func (s *Server) Close() error {
 	s.bg.Wait()
 	return s.Service.Close()
 }
-
-func (s *Server) now() time.Time { return s.cfg.Clock().UTC() }
