@@ -69,13 +69,3 @@ func defaultQuota(ctx context.Context, tx *Tx) (dcd.DefaultQuota, error) {
 	}
 	return d, nil
 }
-
-// effectiveQuota is what limits grants to h: its own quota, else the
-// default (0: no limit).
-func effectiveQuota(ctx context.Context, tx *Tx, h dcd.Host) (uint64, error) {
-	if h.Quota > 0 {
-		return h.Quota, nil
-	}
-	d, err := defaultQuota(ctx, tx)
-	return d.Bytes, err
-}

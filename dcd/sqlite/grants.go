@@ -217,8 +217,8 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 	}
 	a.chunk.Extents = placementExtents(a.chunk, spans)
 	a.holders, a.held = holders, u64(held)
-	// The effective quota (effectiveQuota): the host's own, else the
-	// administrator's default, else the fair share.
+	// The effective quota: the host's own, else the administrator's
+	// default, else the fair share (as defaultQuota computes it).
 	switch {
 	case hostQuota != 0:
 		a.quota = u64(hostQuota)

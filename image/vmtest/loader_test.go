@@ -2,7 +2,6 @@ package vmtest
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -96,27 +95,9 @@ func TestLoader(t *testing.T) {
 	copyFile(t, filepath.Join(e.img, "disk.img"), diskPath)
 	waitFor := func(vm *VM, re *regexp.Regexp) []string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
-		defer cancel()
-		m, _, err := vm.WaitConsole(ctx, re, 0)
-		if err != nil {
-			t.Fatalf("%v; console:\n%s", err, tail(vm.Console(), 4000))
-		}
-		return m
+		return e.waitConsole(t, vm, re, 3*time.Minute)
 	}
-	state := func() update.State {
-		t.Helper()
-		d, err := update.Open(diskPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		st, err := d.State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	state := func() update.State { return diskState(t, diskPath) }
 	// kexec waits for the loader's hand-over and returns the slot and when
 	// it happened (host clock, from QEMU's start).
 	kexec := func(vm *VM) (string, time.Duration) {

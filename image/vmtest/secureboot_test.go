@@ -2,7 +2,6 @@ package vmtest
 
 import (
 	"bytes"
-	"context"
 	"net/http"
 	"os"
 	"os/exec"
@@ -25,25 +24,8 @@ const (
 	ovmfSnakeoilVars = "/usr/share/OVMF/OVMF_VARS_4M.snakeoil.fd"
 )
 
-// bootSecure boots diskPath through OVMF with Secure Boot on.
-func (e *env) bootSecure(t *testing.T, diskPath, name string) *VM {
-	t.Helper()
-	vars := filepath.Join(e.dir, name+".OVMF_VARS.fd")
-	copyFile(t, ovmfSnakeoilVars, vars)
-	log, _ := os.Create(filepath.Join(e.dir, name+".console"))
-	vm, err := Start(Options{Dir: e.dir, Disk: diskPath, UEFICode: ovmfSecureCode, UEFIVars: vars, SecureBoot: true,
-		DeviceAddr: e.simAddr, APIPort: e.port, UpdateSocket: filepath.Join(e.dir, "update.sock"), Log: log})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if !vm.Exited() {
-			vm.Kill()
-		}
-		log.Close()
-	})
-	return vm
-}
+// secureOVMF is OVMF with Secure Boot on and the snakeoil key trusted.
+var secureOVMF = firmware{code: ovmfSecureCode, vars: ovmfSnakeoilVars, secure: true}
 
 // TestSecureBoot boots the disk image with UEFI Secure Boot on: the
 // firmware verifies the signed loader UKI, the loader's kernel locks
@@ -79,29 +61,11 @@ func TestSecureBoot(t *testing.T) {
 	copyFile(t, filepath.Join(e.img, "disk.img"), diskPath)
 	waitFor := func(vm *VM, re *regexp.Regexp) []string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(e.ctx, 4*time.Minute)
-		defer cancel()
-		got, _, err := vm.WaitConsole(ctx, re, 0)
-		if err != nil {
-			t.Fatalf("%v; console:\n%s", err, tail(vm.Console(), 4000))
-		}
-		return got
+		return e.waitConsole(t, vm, re, 4*time.Minute)
 	}
-	state := func() update.State {
-		t.Helper()
-		d, err := update.Open(diskPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer d.Close()
-		st, err := d.State()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return st
-	}
+	state := func() update.State { return diskState(t, diskPath) }
 
-	vm := e.bootSecure(t, diskPath, "secure1")
+	vm := e.bootUEFI(t, diskPath, "secure1", secureOVMF)
 	waitFor(vm, regexp.MustCompile(`Secure boot enabled`))
 	waitFor(vm, regexp.MustCompile(`boxloader: kexec into slot a at [^\n]*kexec_file_load of the signed kernel, lockdown integrity`))
 	e.waitAPI(vm)
@@ -140,7 +104,7 @@ func TestSecureBoot(t *testing.T) {
 		t.Fatal(err)
 	}
 	d.Close()
-	vm = e.bootSecure(t, diskPath, "secure-unsigned")
+	vm = e.bootUEFI(t, diskPath, "secure-unsigned", secureOVMF)
 	waitFor(vm, regexp.MustCompile(`boxloader: kexec load of slot b: [^\n]*refused the signed kernel`))
 	if got := waitFor(vm, kexecRE)[1]; got != update.SlotA {
 		t.Fatalf("unsigned trial: the loader chose slot %s, want a", got)

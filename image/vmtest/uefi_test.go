@@ -1,7 +1,6 @@
 package vmtest
 
 import (
-	"context"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -21,15 +20,27 @@ const (
 	ovmfVars = "/usr/share/OVMF/OVMF_VARS.fd"
 )
 
-// bootUEFI starts QEMU with OVMF and a fresh copy of its variables (no
-// boot entries): the firmware finds the disk's EFI system partition and
-// runs \EFI\BOOT\BOOTX64.EFI, the loader stage.
-func (e *env) bootUEFI(t *testing.T, diskPath, name string) *VM {
+// firmware is a UEFI firmware build and the variable store its boots
+// start from (a fresh copy each: no boot entries).
+type firmware struct {
+	code, vars string
+	// secure: OVMF's Secure Boot builds need SMM and a variable store
+	// only SMM writes.
+	secure bool
+}
+
+// plainOVMF is OVMF without Secure Boot.
+var plainOVMF = firmware{code: ovmfCode, vars: ovmfVars}
+
+// bootUEFI starts QEMU with fw and a fresh copy of its variables: the
+// firmware finds the disk's EFI system partition and runs
+// \EFI\BOOT\BOOTX64.EFI, the loader stage.
+func (e *env) bootUEFI(t *testing.T, diskPath, name string, fw firmware) *VM {
 	t.Helper()
 	vars := filepath.Join(e.dir, name+".OVMF_VARS.fd")
-	copyFile(t, ovmfVars, vars)
+	copyFile(t, fw.vars, vars)
 	log, _ := os.Create(filepath.Join(e.dir, name+".console"))
-	vm, err := Start(Options{Dir: e.dir, Disk: diskPath, UEFICode: ovmfCode, UEFIVars: vars,
+	vm, err := Start(Options{Dir: e.dir, Disk: diskPath, UEFICode: fw.code, UEFIVars: vars, SecureBoot: fw.secure,
 		DeviceAddr: e.simAddr, APIPort: e.port, UpdateSocket: filepath.Join(e.dir, "update.sock"), Log: log})
 	if err != nil {
 		t.Fatal(err)
@@ -73,13 +84,7 @@ func TestUEFI(t *testing.T) {
 	}
 	waitFor := func(vm *VM, re *regexp.Regexp) []string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
-		defer cancel()
-		m, _, err := vm.WaitConsole(ctx, re, 0)
-		if err != nil {
-			t.Fatalf("%v; console:\n%s", err, tail(vm.Console(), 4000))
-		}
-		return m
+		return e.waitConsole(t, vm, re, 3*time.Minute)
 	}
 	kexec := func(vm *VM) (string, time.Duration) {
 		t.Helper()
@@ -89,7 +94,7 @@ func TestUEFI(t *testing.T) {
 
 	// First boot through UEFI: the first start (the daemon's first-start
 	// work is not in the comparison below).
-	vm := e.bootUEFI(t, diskPath, "uefi1")
+	vm := e.bootUEFI(t, diskPath, "uefi1", plainOVMF)
 	if slot, _ := kexec(vm); slot != update.SlotA {
 		t.Fatalf("UEFI boot: the loader chose slot %s, want a", slot)
 	}
@@ -126,7 +131,7 @@ func TestUEFI(t *testing.T) {
 	}
 	direct := e.waitAPI(vmD)
 	vmD.Kill()
-	vm = e.bootUEFI(t, diskPath, "uefi2")
+	vm = e.bootUEFI(t, diskPath, "uefi2", plainOVMF)
 	_, handover := kexec(vm)
 	viaUEFI := e.waitAPI(vm)
 	vm.Kill()

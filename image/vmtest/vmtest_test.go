@@ -294,6 +294,34 @@ func (e *env) waitAPI(vm *VM) time.Duration {
 	}
 }
 
+// waitConsole waits up to d for re on vm's console and returns its
+// match; the test fails with the console's tail if it does not come.
+func (e *env) waitConsole(t *testing.T, vm *VM, re *regexp.Regexp, d time.Duration) []string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(e.ctx, d)
+	defer cancel()
+	m, _, err := vm.WaitConsole(ctx, re, 0)
+	if err != nil {
+		t.Fatalf("%v; console:\n%s", err, tail(vm.Console(), 4000))
+	}
+	return m
+}
+
+// diskState reads the boot control record of the disk image at path.
+func diskState(t *testing.T, path string) update.State {
+	t.Helper()
+	d, err := update.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	st, err := d.State()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func tail(s string, n int) string {
 	if len(s) > n {
 		return s[len(s)-n:]
