@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"io"
 	"net"
-	"os"
 
 	"cxlpool/api/board"
 	"cxlpool/api/internal/pool"
@@ -120,36 +118,11 @@ func ExportURI(id rdma.ExportID) string { return pool.ExportURI(id) }
 // the one place where domain sentinels meet HTTP.
 func FromDomain(err error, t redfish.Target) *redfish.Error { return pool.FromDomain(err, t) }
 
-// Forwarders for the resource files not yet moved into their packages.
-const (
-	managersURI        = pool.ManagersURI
-	managerURI         = pool.ManagerURI
-	targetPrefix       = pool.TargetPrefix
-	retryBusySeconds   = pool.RetryBusySeconds
-	retryDeviceSeconds = pool.RetryDeviceSeconds
-)
+// Updater is the box's A/B image slots (api/manager).
+type Updater = manager.Updater
 
-type odataRef = pool.ODataRef
-
-func hostRef(h dcd.HostID) *redfish.HostID            { return pool.HostRef(h) }
-func mib(b uint64) uint64                             { return pool.MiB(b) }
-func status(state string) redfish.Obj                 { return pool.Status(state) }
-func parseID(s string) (int64, bool)                  { return pool.ParseID(s) }
-func refID(uri, collection string) (string, bool)     { return pool.RefID(uri, collection) }
-func serialString(n uint64) string                    { return pool.SerialString(n) }
-func errMissingAtURI(uri, prop string) *redfish.Error { return pool.ErrMissingAtURI(uri, prop) }
-func errPropertyValueIncorrect(prop, value string) *redfish.Error {
-	return pool.ErrPropertyValueIncorrect(prop, value)
-}
-func errQuota(h dcd.HostID, quota, used, need uint64) *redfish.Error {
-	return pool.ErrQuota(h, quota, used, need)
-}
-
-// managerNetworkLinks adds the Manager's links to its network resources
-// (api/manager).
-func (s *Server) managerNetworkLinks(o redfish.Obj, p *redfish.Principal) {
-	s.mc.NetworkLinks(o, p)
-}
+// UpdateUploadURI takes multipart image pushes (api/manager).
+const UpdateUploadURI = manager.UpdateUploadURI
 
 // Serve serves the API on addr until ctx ends, then shuts down gracefully
 // (in-flight requests finish, event streams end). It serves TLS with the
@@ -168,18 +141,3 @@ func (s *Server) ServeListener(ctx context.Context, ln net.Listener, plainHTTP b
 
 // CertPath is the served certificate's file (DataDir/tls/cert.pem).
 func (s *Server) CertPath() string { return s.mc.CertPath() }
-
-// What the support bundle reads of the certificates (api/manager).
-const (
-	certificateServiceURI = manager.CertificateServiceURI
-	certFile              = manager.CertFile
-)
-
-func (s *Server) tlsPath(name string) string { return s.mc.TLSPath(name) }
-func colonHex(b []byte) string               { return manager.ColonHex(b) }
-func actionErr(key string, args ...any) *redfish.Error {
-	return manager.ActionError(key, args...)
-}
-func writeFileAtomicFunc(path string, perm os.FileMode, write func(io.Writer) error) error {
-	return manager.WriteFileAtomic(path, perm, write)
-}

@@ -16,20 +16,19 @@
 //	                                                      api/fleetview
 //	/redfish/v1/Chassis/Pool/{ThermalSubsystem,PowerSubsystem,Sensors}/...
 //	                                                      api/board
-//	/redfish/v1/Managers/FM/{NetworkProtocol,EthernetInterfaces}/...,
-//	/redfish/v1/CertificateService/..., the TLS listener  api/manager
-//	everything else (still here):
-//	  /redfish/v1/Chassis, Chassis/Pool (its LED: headpower.go), PCIeDevices,
-//	  CXLLogicalDevices, MemoryRegions, FabricAdapters, MemoryDomains,
-//	  MemoryChunks (with stranded.go, defaultquota.go, chunkowners.go),
-//	  Fabrics/CXL (endpoints, zones, connections), Fabrics/RDMA (exports.go),
-//	  Systems (systems.go, systempatch.go, systemmemory.go, hostreports.go,
-//	  the head power Reset: headpower.go), Managers/FM itself (managers.go,
-//	  managerpatch.go, managerreset.go, consistency.go), its LogServices
-//	  (logs.go) and support bundle (supportbundle.go), UpdateService
-//	  (updateservice.go, updatepush.go), AccountService (accounts.go), the
-//	  service root, registries and JSON schemas (serviceroot.go,
-//	  schemas.go) and the web console (console.go).
+//	/redfish/v1/Chassis, Chassis/Pool (its LED), PCIeDevices,
+//	CXLLogicalDevices, MemoryRegions, FabricAdapters, MemoryDomains,
+//	MemoryChunks, Fabrics/CXL (Endpoints, Zones, Connections),
+//	Fabrics/RDMA (the exports), Systems (their memory, patch, host
+//	reports, shares and head power Reset)                  api/capacity
+//	/redfish/v1/Managers/FM/... (the Manager, its clock, Reset,
+//	network, LogServices, support bundle, consistency check),
+//	/redfish/v1/UpdateService/..., /redfish/v1/CertificateService/...,
+//	the TLS listener                                      api/manager
+//	/redfish/v1/AccountService/...                        api/accounts
+//	still here, the assembly's own: the service root, registries and
+//	JSON schemas (serviceroot.go, schemas.go) and the web console
+//	(console.go).
 //
 // Shared by the resource packages and not CXL-free, hence not in redfish,
 // is api/internal/pool: the model's URIs (uris.go), the one mapping of the
@@ -37,18 +36,13 @@
 // Id and Status helpers. This package is the assembly: Config, Server and
 // New (server.go) list every package's registration, in order; aliases.go
 // re-exports what the service's clients name (the URIs, FromDomain, the
-// dependency interfaces) and forwards, for the files not yet moved, to
-// the helpers that now live in the resource packages.
+// dependency interfaces).
 //
-// A resource still here registers its routes with Handle from a function
-// listed in Server.routes:
+// A new resource goes into the package of its part of the model and
+// registers its routes from that package's Routes, each with its
+// privilege:
 //
-//	func (s *Server) chunkRoutes() {
-//		s.Handle(http.MethodGet, MemoryDomainURI+"/MemoryChunks/:id", redfish.PrivLogin, s.getChunk)
-//		s.Handle(http.MethodDelete, MemoryDomainURI+"/MemoryChunks/:id",
-//			redfish.PrivConfigureComponents|redfish.PrivHostCapacity, s.deleteChunk)
+//	func (s *Server) Routes() {
+//		s.Handle(http.MethodGet, pool.ChunksURI+"/:id", redfish.PrivLogin, s.getChunk)
 //	}
-//
-// The Manager's changes become events in poolevents.go, and the pool's
-// hosts become the protocol's hosts with pool.HostRef.
 package api

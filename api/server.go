@@ -7,11 +7,12 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
 
+	"cxlpool/api/accounts"
+	"cxlpool/api/capacity"
 	"cxlpool/api/fleetview"
 	"cxlpool/api/internal/pool"
 	"cxlpool/api/kvstore"
@@ -86,7 +87,7 @@ type Config struct {
 	// push subscriptions (kvstore/kvevents.go).
 	KVEvents func(buf int) (<-chan kv.Event, func())
 	// Exports serves pool memory to remote racks: the Fabrics/RDMA
-	// resources (exports.go). Nil: no exports and no RDMA fabric.
+	// resources (api/capacity). Nil: no exports and no RDMA fabric.
 	Exports *rdma.Service
 	// ExportAddr is the export server's address, shown to clients (nil:
 	// no export server listens).
@@ -94,8 +95,9 @@ type Config struct {
 	// ExportVerbs says the RDMA verbs transport serves the exports too:
 	// the fabric is then RoCEv2 rather than TCP.
 	ExportVerbs bool
-	// Board is board management (api/board, headpower.go): thermal, power, sensors,
-	// the identify LED and head power. Nil: none of them is served.
+	// Board is board management: thermal, power, sensors (api/board),
+	// the identify LED and head power (api/capacity). Nil: none of them
+	// is served.
 	Board Board
 	// Telemetry is the CHMU pipeline behind the TelemetryService
 	// (api/telemetry). Nil: the service shows itself disabled.
@@ -103,7 +105,7 @@ type Config struct {
 	// History is the box's downsampled history and alerts
 	// (api/telemetry: metrichistory.go, triggers.go). Nil: neither is served.
 	History *history.Service
-	// Update is the box's A/B image slots (updatepush.go): with it the
+	// Update is the box's A/B image slots (api/manager): with it the
 	// UpdateService takes multipart pushes and FirmwareInventory lists
 	// both slots. Nil (not running from the image): neither.
 	Update Updater
@@ -111,13 +113,13 @@ type Config struct {
 	// OperationApplyTime Immediate. Nil: only OnReset is offered.
 	Reboot func(context.Context) error
 	// SetTime sets the box's clock, for PATCH Managers/FM DateTime
-	// (managerpatch.go). Nil (the clock belongs to the host's operating
+	// (api/manager). Nil (the clock belongs to the host's operating
 	// system): DateTime is not writable.
 	SetTime func(ctx context.Context, t time.Time) error
 	// MaxImageBytes bounds a pushed image (512 MiB).
 	MaxImageBytes int64
 	// LocalCXL lists the CXL memory devices the Linux driver bound on
-	// the management computer (localcxl.go). Nil: none are shown.
+	// the management computer (api/capacity). Nil: none are shown.
 	LocalCXL func() ([]linuxcxl.MemDev, error)
 	// Network is the box's own network and time settings
 	// (api/manager), given by the daemon on the image. Nil: the
@@ -127,7 +129,7 @@ type Config struct {
 	// (api/manager). Nil: SystemInterfaces.
 	NetInterfaces func() ([]NetInterface, error)
 	// StartCheck waits for the daemon's consistency check after its first
-	// reconcile (consistency.go); violations become an event. Nil: none.
+	// reconcile (api/manager); violations become an event. Nil: none.
 	StartCheck func(context.Context) (dcd.InvariantReport, error)
 	// Transport bounds the listener's timeouts and connections
 	// (redfish/limits.go).
@@ -138,7 +140,7 @@ type Config struct {
 	// Fleet is the fleet plane's view (api/fleetview); nil: no plane.
 	Fleet FleetView
 	// HostReports and Shares are the host agents' reports and the share
-	// allowances (hostreports.go). Nil: a store of the API's own, and
+	// allowances (api/capacity). Nil: a store of the API's own, and
 	// DataDir/shares.json.
 	HostReports *report.Store
 	Shares      *share.Policy
@@ -210,13 +212,9 @@ func (c *Config) defaults() {
 // and Close it when done.
 type Server struct {
 	*redfish.Service
-	cfg      Config
-	log      *slog.Logger
-	mgr      *dcd.Manager
-	capacity *capacity       // the pool resources' shared state (capacity.go)
-	owners   chunkOwnerTable // who reserved which chunk (chunkowners.go)
-	bundles  bundleState     // support bundle collection (supportbundle.go)
-	updating atomic.Bool     // a pushed image is being applied (updatepush.go)
+	cfg Config
+	log *slog.Logger
+	mgr *dcd.Manager
 
 	ctx  context.Context // the Service's: ends at Close
 	bg   sync.WaitGroup  // the resources' background work
@@ -224,6 +222,8 @@ type Server struct {
 	// mc serves the management computer's network, certificates and TLS
 	// listener (api/manager).
 	mc *manager.Server
+	// pool serves the capacity resources and their fabric (api/capacity).
+	pool *capacity.Server
 	// fv serves the fleet plane's view (api/fleetview).
 	fv *fleetview.Server
 }
@@ -244,12 +244,17 @@ func New(cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context(),
-		owners: chunkOwnerTable{db: svc.Store().DB(), clock: cfg.Clock}}
+	s := &Server{Service: svc, cfg: cfg, log: cfg.Logger, mgr: cfg.Manager, ctx: svc.Context()}
 	s.deps = pool.Deps{Service: svc, Manager: cfg.Manager, Logger: cfg.Logger, Clock: cfg.Clock, Ctx: s.ctx, BG: &s.bg}
-	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
-		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport})
+	s.pool = capacity.New(s.deps, capacity.Config{Device: cfg.Device, DataDir: cfg.DataDir,
+		Exports: cfg.Exports, ExportAddr: cfg.ExportAddr, ExportVerbs: cfg.ExportVerbs, Board: cfg.Board,
+		LocalCXL: cfg.LocalCXL, HostReports: cfg.HostReports, Shares: cfg.Shares})
 	s.fv = fleetview.New(s.deps, cfg.Fleet)
+	s.mc = manager.New(s.deps, manager.Config{Network: cfg.Network, NetInterfaces: cfg.NetInterfaces,
+		DataDir: cfg.DataDir, Clock: cfg.Clock, Transport: cfg.Transport, FirmwareVersion: cfg.FirmwareVersion,
+		LogLimit: cfg.LogLimit, Update: cfg.Update, Reboot: cfg.Reboot, SetTime: cfg.SetTime,
+		MaxImageBytes: cfg.MaxImageBytes, StartCheck: cfg.StartCheck, Pool: s.pool,
+		FleetStatus: s.fv.ManagerStatus, BundleSettings: cfg.bundleSettings()})
 	for _, register := range s.routes() {
 		register()
 	}
@@ -257,7 +262,7 @@ func New(cfg Config) (*Server, error) {
 		svc.Close()
 		return nil, err
 	}
-	s.startFeeders()
+	s.pool.StartFeeders()
 	return s, nil
 }
 
@@ -267,39 +272,33 @@ func (s *Server) routes() []func() {
 	return []func(){
 		s.serviceRootRoutes,
 		s.registryRoutes,
-		s.accountRoutes,
-		s.managerRoutes,
-		s.logRoutes,
-		s.capacitySetup,
-		s.chassisRoutes,
-		s.pcieDeviceRoutes,
-		s.localCXLRoutes,
-		s.logicalDeviceRoutes,
-		s.memoryRegionRoutes,
-		s.fabricAdapterRoutes,
-		s.memoryDomainRoutes,
-		s.defaultQuotaRoutes,
-		s.memoryChunkRoutes,
-		s.fabricRoutes,
-		s.endpointRoutes,
-		s.zoneRoutes,
-		s.connectionRoutes,
-		s.exportRoutes,
-		s.systemRoutes,
-		s.systemPatchRoutes,
-		s.systemMemoryRoutes,
-		s.boardRoutes,
-		s.updateServiceRoutes,
-		s.updatePushRoutes,
-		s.managerPatchRoutes,
-		s.managerResetRoutes,
+		accounts.New(s.deps, accounts.Config{BcryptCost: s.cfg.BcryptCost}).Routes,
+		s.pool.Routes, // the pool, its fabric, the Systems, the board
+		s.mc.Routes,   // the Manager, its logs, update, network, certificates (after the pool's)
 		s.consoleRoutes,
-		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.activeGrants, History: s.cfg.History}).Routes,
-		s.mc.Routes, // network, certificates
-		s.supportBundleRoutes,
-		s.consistencyRoutes,
+		telemetry.New(s.deps, telemetry.Config{Telemetry: s.cfg.Telemetry, Grants: s.pool.ActiveGrants, History: s.cfg.History}).Routes,
 		kvstore.New(s.deps, kvstore.Config{KV: s.cfg.KV, KVEvents: s.cfg.KVEvents}).Routes,
 		s.fv.Routes, // the fleet view
+	}
+}
+
+// bundleSettings is the policy and the features the service was given, as
+// the support bundle's config.json shows them.
+func (c *Config) bundleSettings() redfish.Obj {
+	exportAddr := ""
+	if c.ExportAddr != nil {
+		exportAddr = c.ExportAddr.String()
+	}
+	return redfish.Obj{
+		"SessionTimeout": c.SessionTimeout.String(), "MaxBodyBytes": c.MaxBodyBytes, "MaxImageBytes": c.MaxImageBytes,
+		"Lockout":  redfish.Obj{"Threshold": c.Lockout.Threshold, "Duration": c.Lockout.Duration.String()},
+		"LogLimit": c.LogLimit, "TaskLimit": c.TaskLimit,
+		"Push": redfish.Obj{"Attempts": c.PushRetryAttempts, "Interval": c.PushRetryInterval.String()},
+		"Features": redfish.Obj{
+			"Device": c.Device != nil, "Exports": c.Exports != nil, "ExportAddr": exportAddr, "ExportVerbs": c.ExportVerbs,
+			"Board": c.Board != nil, "Telemetry": c.Telemetry != nil, "Update": c.Update != nil,
+			"Reboot": c.Reboot != nil, "LocalCXL": c.LocalCXL != nil,
+		},
 	}
 }
 
@@ -310,5 +309,3 @@ func (s *Server) Close() error {
 	s.bg.Wait()
 	return s.Service.Close()
 }
-
-func (s *Server) now() time.Time { return s.cfg.Clock().UTC() }

@@ -7,6 +7,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 
+	"cxlpool/api/internal/pool"
+	"cxlpool/api/manager"
 	"cxlpool/api/oemschema"
 	"cxlpool/api/redfish"
 )
@@ -14,9 +16,6 @@ import (
 const (
 	serviceRootURI = "/redfish/v1"
 	registriesURI  = serviceRootURI + "/Registries"
-
-	// redfishVersion is the DSP0266 version the service follows.
-	redfishVersion = "1.22.0"
 )
 
 // odataTypes lists every @odata.type the service emits; $metadata
@@ -113,12 +112,12 @@ var odataTypes = []string{
 // is linked only when this build serves it.
 var topLevel = []struct{ prop, uri string }{
 	{"AccountService", "/redfish/v1/AccountService"},
-	{"CertificateService", certificateServiceURI},
+	{"CertificateService", manager.CertificateServiceURI},
 	{"Chassis", "/redfish/v1/Chassis"},
 	{"EventService", redfish.EventServiceURI},
 	{"Fabrics", "/redfish/v1/Fabrics"},
 	{"JsonSchemas", jsonSchemasURI},
-	{"Managers", managersURI},
+	{"Managers", pool.ManagersURI},
 	{"Registries", registriesURI},
 	{"SessionService", redfish.SessionServiceURI},
 	{"Systems", SystemsURI},
@@ -161,15 +160,15 @@ func (s *Server) serviceRoot(p *redfish.Principal) redfish.Obj {
 		return s.CanRead(p, uri)
 	}
 	links := redfish.Obj{"Sessions": redfish.Link(redfish.SessionsURI)}
-	if readable(managerURI) {
-		links["ManagerProvidingService"] = redfish.Link(managerURI)
+	if readable(pool.ManagerURI) {
+		links["ManagerProvidingService"] = redfish.Link(pool.ManagerURI)
 	}
 	o := redfish.Obj{
 		"@odata.id":      serviceRootURI,
 		"@odata.type":    "#ServiceRoot.v1_20_0.ServiceRoot",
 		"Id":             "RootService",
 		"Name":           "Root Service",
-		"RedfishVersion": redfishVersion,
+		"RedfishVersion": pool.RedfishVersion,
 		"UUID":           s.UUID(),
 		"Vendor":         "cxlpool",
 		"Product":        "cxlpool CXL memory pool",

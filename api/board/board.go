@@ -17,7 +17,7 @@ import (
 // Board management: the Chassis's environmental resources
 // (ThermalSubsystem, PowerSubsystem, Sensors: thermal.go, power.go,
 // sensors.go), its identify LED and the power of each host's head
-// (api's headpower.go) are views of the board controller, which the appliance
+// (api/capacity's headpower.go) are views of the board controller, which the appliance
 // reaches over PLDM on the device link and drives through its policy loop.
 // They are served only when Config.Board is set; a board controller that
 // does not answer (a device without one, a controller restarting) makes

@@ -3,7 +3,7 @@
 // Sensors (sensors.go) under /redfish/v1/Chassis/Pool, the management
 // computer's own sensors, and the policy loop's alarms as events
 // (board.go). The identify LED on the Chassis and the head power of each
-// ComputerSystem are served with those resources (api's headpower.go),
+// ComputerSystem are served with those resources (api/capacity's headpower.go),
 // with HTTPContext for their reads.
 package board
 

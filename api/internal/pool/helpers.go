@@ -64,3 +64,13 @@ func ErrMissingAtURI(uri, prop string) *redfish.Error {
 func ErrPropertyValueIncorrect(prop, value string) *redfish.Error {
 	return redfish.NewError(http.StatusBadRequest, redfish.M("Base.PropertyValueIncorrect", prop, value).WithRelated(prop))
 }
+
+// ResetRequest is the body of a Reset action (ComputerSystem.Reset on a
+// head, Manager.Reset on the management computer).
+type ResetRequest struct {
+	ResetType *string `json:"ResetType"`
+}
+
+// RedfishVersion is the DSP0266 version the service follows (the service
+// root and the support bundle show it).
+const RedfishVersion = "1.22.0"
