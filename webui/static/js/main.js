@@ -16,8 +16,8 @@ const PAGES = [
   { path: 'board', title: 'Sensors, fans & power', load: () => import('./pages/board.js') },
   { path: 'alerts', title: 'Alerts & thresholds', load: () => import('./pages/alerts.js'), appliance: true },
   { path: 'exports', title: 'Exports', load: () => import('./pages/exports.js'), appliance: true },
-import { Principal, Root, ErrorBox, Notice, Loading, Field, NotPermitted } from './ui.js';
-import { Notifications } from './notify.js';
+  { path: 'kv', title: 'KV-cache namespaces', load: () => import('./pages/kv.js'), appliance: true },
+  { path: 'fleet', title: 'Fleet', load: () => import('./pages/fleet.js'), appliance: true },
   { path: 'firmware', title: 'Firmware', load: () => import('./pages/firmware.js') },
   { path: 'users', title: 'Users & roles', load: () => import('./pages/users.js') },
   { path: 'network', title: 'Network & time', load: () => import('./pages/network.js'), appliance: true },
