@@ -189,6 +189,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		st.phase("discovery") // what is left of it
 		fev.started(app)
 	}
+	// Bound before the banner: whoever waits for "Redfish API at" (a
+	// supervisor, a test) may connect at once.
+	ln, err := net.Listen("tcp", *listen)
+	if err != nil {
+		return fmt.Errorf("cxlpoold: API: listen on %s: %w", *listen, err)
+	}
 	for _, l := range appliance.Summary(app.Manager.Box(), filepath.Join(*data, appliance.LedgerFile)) {
 		fmt.Fprintln(stdout, "cxlpoold:", l)
 	}
@@ -226,7 +232,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		cancel()
 		stopServing()
 	}()
-	if err := srv.Serve(serveCtx, *listen, *plainHTTP); err != nil && ctx.Err() == nil {
+	if err := srv.ServeListener(serveCtx, ln, *plainHTTP); err != nil && ctx.Err() == nil {
 		return err
 	}
 	fmt.Fprintln(stdout, "cxlpoold: stopping")
