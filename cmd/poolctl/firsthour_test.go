@@ -210,7 +210,7 @@ func TestFirstHour(t *testing.T) {
 		t.Errorf("hosts host3 --json: got %+v", d)
 	}
 	if r := c.ok(c.run("hosts", "Host3")); !strings.Contains(r.stdout, "Host3 (/redfish/v1/Systems/Host3)") ||
-		!strings.Contains(r.stdout, "512 MiB in 1 connections") {
+		!strings.Contains(r.stdout, "512 MiB in 1 connection") {
 		t.Errorf("hosts Host3:\n%s", r.stdout)
 	}
 

@@ -92,17 +92,29 @@ func eventText(e fleet.Envelope) string {
 		}
 		return s
 	case fleet.KindCapacity:
-		s := e.Change
-		if e.Chunk != 0 {
-			s += fmt.Sprintf(" chunk %d", e.Chunk)
-		}
+		// "chunk 1: reserved", "grant 1 of chunk 1: granted 4 GiB".
+		var what []string
 		if e.Grant != 0 {
-			s += fmt.Sprintf(" grant %d %s %s", e.Grant, e.State, size(e.Size))
+			what = append(what, fmt.Sprintf("grant %d", e.Grant))
 		}
-		if e.Message != "" {
-			s += ": " + e.Message
+		if e.Chunk != 0 {
+			what = append(what, fmt.Sprintf("chunk %d", e.Chunk))
 		}
-		return s
+		s := strings.Join(what, " of ")
+		if s == "" {
+			s = e.Change
+		}
+		msg := e.Message
+		if msg == "" {
+			msg = e.State
+		}
+		if e.Size != 0 {
+			msg = strings.TrimSpace(msg + " " + size(e.Size))
+		}
+		if msg == "" {
+			return s
+		}
+		return s + ": " + msg
 	}
 	return e.Kind
 }

@@ -105,7 +105,7 @@ func TestFleetEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"SEQ", "box-a", "grant 7 granted 1 GiB", "chunk 9"} {
+	for _, want := range []string{"SEQ", "box-a", "grant 7 of chunk 3: granted 1 GiB", "chunk 9"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table: no %q in\n%s", want, out)
 		}

@@ -91,7 +91,7 @@ func cmdHosts(ctx context.Context, a *app, args []string) error {
 	}
 	fmt.Fprintf(tw, "Head:\tLD %s, port %s\n", optInt(h.Head), optInt(h.Port))
 	fmt.Fprintf(tw, "Link:\t%s (%s)\n", map[bool]string{true: "up", false: "down"}[h.LinkUp], orDash(h.State))
-	fmt.Fprintf(tw, "Granted:\t%s in %d connections\n", size(h.GrantedBytes), len(conns))
+	fmt.Fprintf(tw, "Granted:\t%s in %s\n", size(h.GrantedBytes), plural(len(conns), "connection"))
 	quota := "default" // no quota of its own: the pool's default applies
 	if h.QuotaBytes > 0 {
 		quota = size(h.QuotaBytes)
@@ -450,4 +450,12 @@ func planShrink(items []heldChunk, need uint64) []heldChunk {
 	}
 	sort.Slice(out, func(i, j int) bool { return idLess(out[i].conn.ID, out[j].conn.ID) })
 	return out
+}
+
+// plural is "1 connection", "2 connections".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
 }

@@ -333,7 +333,7 @@ func (p *Plane) Publish(ctx context.Context, e fleet.Envelope) (uint64, error) {
 
 // Event is an envelope with its stream sequence.
 type Event struct {
-	Seq uint64
+	Seq uint64 `json:"seq"`
 	fleet.Envelope
 }
 
