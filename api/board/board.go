@@ -75,22 +75,7 @@ func (s *Server) boardRoutes() {
 func (s *Server) FeedAlarms() {
 	b := s.cfg.Board
 	ch, cancel := b.SubscribeAlarms(256)
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer cancel()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case e, ok := <-ch:
-				if !ok {
-					return
-				}
-				s.Publish(alarmEvent(e))
-			}
-		}
-	}()
+	pool.Feed(s.ctx, s.bg, ch, cancel, func(e policy.LogEntry) { s.Publish(alarmEvent(e)) })
 }
 
 // alarmEvent turns a policy log entry into a service event. Its registry

@@ -14,24 +14,11 @@ func (s *Server) startFeeders() {
 		return
 	}
 	ch, cancel := s.mgr.Subscribe(256)
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer cancel()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case c, ok := <-ch:
-				if !ok {
-					return
-				}
-				for _, ev := range changeEvents(c) {
-					s.Publish(ev)
-				}
-			}
+	pool.Feed(s.ctx, s.bg, ch, cancel, func(c dcd.Change) {
+		for _, ev := range changeEvents(c) {
+			s.Publish(ev)
 		}
-	}()
+	})
 }
 
 // changeEvents maps a capacity change to the events clients see, with the

@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"strings"
 
+	"cxlpool/api/internal/pool"
 	"cxlpool/api/redfish"
 	"cxlpool/kv"
 )
@@ -41,32 +42,11 @@ func (s *Server) feedKVEvents() {
 		return
 	}
 	ch, cancel := s.cfg.KVEvents(kvEventBuffer)
-	feed(s, ch, cancel, func(e kv.Event) {
+	pool.Feed(s.ctx, s.bg, ch, cancel, func(e kv.Event) {
 		for _, ev := range kvEvents(e) {
 			s.Publish(ev)
 		}
 	})
-}
-
-// feed runs fn on each value of ch, on a goroutine of the service's
-// background group, until ch closes or the service does; then cancel.
-func feed[T any](s *Server, ch <-chan T, cancel func(), fn func(T)) {
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer cancel()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case v, ok := <-ch:
-				if !ok {
-					return
-				}
-				fn(v)
-			}
-		}
-	}()
 }
 
 // kvEvents is one block event as event-service events.

@@ -90,22 +90,7 @@ func (s *Server) triggerRoutes() {
 // the service stops.
 func (s *Server) feedAlerts(h *history.Service) {
 	ch, cancel := h.Subscribe(256)
-	s.bg.Add(1)
-	go func() {
-		defer s.bg.Done()
-		defer cancel()
-		for {
-			select {
-			case <-s.ctx.Done():
-				return
-			case tr, ok := <-ch:
-				if !ok {
-					return
-				}
-				s.Publish(alertEvent(tr))
-			}
-		}
-	}()
+	pool.Feed(s.ctx, s.bg, ch, cancel, func(tr history.Transition) { s.Publish(alertEvent(tr)) })
 }
 
 // alertEvent is the event of an alert transition.
