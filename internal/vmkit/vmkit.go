@@ -6,6 +6,7 @@ package vmkit
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -110,4 +111,16 @@ func (c *CPIO) entry(name string, mode int, data []byte) {
 		buf = append(buf, 0)
 	}
 	_, c.err = c.w.Write(buf)
+}
+
+// NewestKernel is the newest Debian kernel in /boot: its bzImage and
+// release ("6.1.0-57-amd64"), whose modules the guests load.
+func NewestKernel() (bz, release string, err error) {
+	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
+	if len(kernels) == 0 {
+		return "", "", errors.New("no /boot/vmlinuz-*: apt-get install linux-image-amd64 (make image installs it)")
+	}
+	slices.Sort(kernels)
+	bz = kernels[len(kernels)-1]
+	return bz, strings.TrimPrefix(filepath.Base(bz), "vmlinuz-"), nil
 }

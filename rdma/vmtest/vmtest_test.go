@@ -64,13 +64,10 @@ func TestVerbsVM(t *testing.T) {
 			t.Fatalf("%v (apt-get install libibverbs-dev ibverbs-providers)", err)
 		}
 	}
-	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
-	if len(kernels) == 0 {
-		t.Fatal("no /boot/vmlinuz-*: apt-get install linux-image-amd64 (make image installs it)")
+	bz, kver, err := vmkit.NewestKernel()
+	if err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(kernels)
-	bz := kernels[len(kernels)-1]
-	kver := strings.TrimPrefix(filepath.Base(bz), "vmlinuz-")
 	dir := t.TempDir()
 
 	vmlinux := filepath.Join(dir, "vmlinux")

@@ -37,13 +37,10 @@ func TestHostVM(t *testing.T) {
 			t.Fatalf("%s: %v (apt-get install qemu-system-x86 xz-utils)", tool, err)
 		}
 	}
-	kernels, _ := filepath.Glob("/boot/vmlinuz-*")
-	if len(kernels) == 0 {
-		t.Fatal("no /boot/vmlinuz-*: apt-get install linux-image-amd64 (make image installs it)")
+	bz, kver, err := vmkit.NewestKernel()
+	if err != nil {
+		t.Fatal(err)
 	}
-	slices.Sort(kernels)
-	bz := kernels[len(kernels)-1]
-	kver := strings.TrimPrefix(filepath.Base(bz), "vmlinuz-")
 	dir := t.TempDir()
 
 	vmlinux := filepath.Join(dir, "vmlinux")
@@ -76,7 +73,7 @@ func TestHostVM(t *testing.T) {
 	q := exec.CommandContext(ctx, "qemu-system-x86_64", qemuArgs(dir, vmlinux, initrd)...)
 	q.Stdout, q.Stderr = &console, &console
 	start := time.Now()
-	err := q.Run()
+	err = q.Run()
 	out := console.String()
 	t.Logf("guest ran %v (kernel %s)", time.Since(start).Round(time.Second), kver)
 	i := strings.LastIndex(out, ResultPrefix)
