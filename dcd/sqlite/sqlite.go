@@ -64,6 +64,9 @@ type Ledger struct {
 	group   groupSync
 	// syncFn makes the WAL durable: syncWAL, or a test's stand-in.
 	syncFn func() error
+	// w queues write transactions for the connection and batches them
+	// (batch.go).
+	w writer
 }
 
 // groupSync lets concurrent durable commits share one fsync: one caller
@@ -83,10 +86,16 @@ type groupSync struct {
 type Tx struct {
 	*sql.Tx
 	stmts map[string]*sql.Stmt
+	// ctx, when set, replaces the callers' contexts: a batch's (batch.go),
+	// which no one caller's cancellation may interrupt.
+	ctx context.Context
 }
 
 // ExecContext runs a statement.
 func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
 	if st, ok := t.stmts[query]; ok {
 		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
 	}
@@ -95,6 +104,9 @@ func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Re
 
 // QueryContext runs a query.
 func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
 	if st, ok := t.stmts[query]; ok {
 		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 	}
@@ -103,6 +115,9 @@ func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.
 
 // QueryRowContext runs a query that returns one row.
 func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if t.ctx != nil {
+		ctx = t.ctx
+	}
 	if st, ok := t.stmts[query]; ok {
 		return t.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
 	}
@@ -124,7 +139,7 @@ func (l *Ledger) prepare(ctx context.Context) error {
 // *sql.DB it was prepared on, and a Tx can only use its own DB's).
 func prepareOn(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
 	stmts := make(map[string]*sql.Stmt)
-	for _, q := range hotStatements() {
+	for _, q := range append(hotStatements(), qSavepoint, qRollbackTo, qReleaseSP) {
 		st, err := db.PrepareContext(ctx, q)
 		if err != nil {
 			for _, st := range stmts {
@@ -349,23 +364,18 @@ func (l *Ledger) relaxedTx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 // run runs fn in one transaction and returns the commit's number (0 for
-// a read).
+// a read). Writes queue for the one writer connection and may share a
+// SQLite transaction with others queued beside them (batch.go).
 func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) (uint64, error) {
-	for attempt := 1; ; attempt++ {
-		seq, err := l.runOnce(ctx, opts, fn)
-		if err == nil || !isBusy(err) || attempt > busyRetries {
-			return seq, err
-		}
-		l.log.Warn("ledger: database busy, retrying transaction", "attempt", attempt, "err", err)
-		t := time.NewTimer(time.Duration(attempt) * busyBackoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, errors.Join(err, ctx.Err())
-		case <-t.C:
-		}
+	if opts == nil || !opts.ReadOnly {
+		return l.write(ctx, fn)
 	}
+	return l.retryBusy(ctx, func() (uint64, error) { return l.runOnce(ctx, opts, fn) })
 }
+
+// errTxDone: the driver already ended the transaction (a cancelled
+// context), so there is nothing to roll back.
+var errTxDone = sql.ErrTxDone
 
 func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) (uint64, error) {
 	db, stmts := l.db, l.stmts
@@ -378,7 +388,7 @@ func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) 
 	}
 	tx := &Tx{Tx: stx, stmts: stmts}
 	if err := fn(tx); err != nil {
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, errTxDone) {
 			// ErrTxDone: the driver already ended it (cancelled context).
 			return 0, errors.Join(err, rbErr)
 		}
