@@ -139,17 +139,15 @@ func (l *Ledger) runBatchOnce(jobs []*writeJob, errs []error) (uint64, error) {
 	// one caller giving up must not interrupt (and so roll back) the
 	// others' work. A caller's context is checked before its fn runs.
 	ctx := context.Background()
-	stx, err := l.db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	tx := &Tx{Tx: stx, stmts: l.stmts, ctx: ctx}
-	fail := func(err error) (uint64, error) {
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, errTxDone) {
-			return 0, errors.Join(err, rbErr)
-		}
-		return 0, err
-	}
+	return l.runWrite(ctx, func(tx *Tx) error {
+		tx.ctx = ctx
+		return l.runJobs(ctx, tx, jobs, errs)
+	})
+}
+
+// runJobs runs the batch's jobs in tx, each in its savepoint; an error is
+// the batch's own.
+func (l *Ledger) runJobs(ctx context.Context, tx *Tx, jobs []*writeJob, errs []error) error {
 	for i, j := range jobs {
 		errs[i] = nil
 		if err := j.ctx.Err(); err != nil {
@@ -157,24 +155,21 @@ func (l *Ledger) runBatchOnce(jobs []*writeJob, errs []error) (uint64, error) {
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, qSavepoint); err != nil {
-			return fail(fmt.Errorf("batch savepoint: %w", err))
+			return fmt.Errorf("batch savepoint: %w", err)
 		}
 		if ferr := j.fn(tx); ferr != nil {
 			errs[i] = ferr
 			if _, err := tx.ExecContext(ctx, qRollbackTo); err != nil {
 				// SQLite rolled the whole transaction back itself (an
 				// I/O error, a full disk): the batch fails as one.
-				return fail(errors.Join(fmt.Errorf("batch rollback to savepoint: %w", err), ferr))
+				return errors.Join(fmt.Errorf("batch rollback to savepoint: %w", err), ferr)
 			}
 		}
 		if _, err := tx.ExecContext(ctx, qReleaseSP); err != nil {
-			return fail(fmt.Errorf("batch release savepoint: %w", err))
+			return fmt.Errorf("batch release savepoint: %w", err)
 		}
 	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-	return l.commits.Add(1), nil
+	return nil
 }
 
 // retryBusy runs once until it succeeds, fails other than with

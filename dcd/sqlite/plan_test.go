@@ -25,7 +25,7 @@ func TestHotStatementsSkipHistory(t *testing.T) {
 	defer l.Close()
 	for _, q := range append(hotStatements(), qActiveGrants, qActiveExtents) {
 		args := make([]any, strings.Count(q, "?"))
-		rows, err := l.db.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
+		rows, err := l.wc.QueryContext(t.Context(), "EXPLAIN QUERY PLAN "+q, args...)
 		if err != nil {
 			t.Fatalf("explain %q: %v", q, err)
 		}
