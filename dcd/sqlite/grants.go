@@ -191,11 +191,11 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 	var size, created, hostQuota, pool, heads, held int64
 	var tag []byte
 	var meta, placement sql.NullString
-	var holders, mine int
+	var hostKnown, holders, mine int
 	err := tx.QueryRowContext(ctx, qAdmit, chunk, host).Scan(
 		&a.chunk.ID, &a.chunk.Name, &a.chunk.Region, &size, &tag, &a.chunk.Sharable, &created,
-		&hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && (mine > 0 || holders > 0 && !a.chunk.Sharable) {
+		&hostKnown, &hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (hostKnown == 0 || mine > 0 || holders > 0 && !a.chunk.Sharable) {
 		// Unknown chunk or host, or a conflict: admit says which.
 		if _, _, _, aerr := admit(ctx, tx, chunk, host); aerr != nil {
 			return a, aerr

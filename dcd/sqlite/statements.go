@@ -55,25 +55,28 @@ const (
 	qDeleteChunk = `UPDATE chunks SET deleted = ? WHERE id = ? AND deleted IS NULL
 		AND NOT EXISTS (SELECT 1 FROM grants WHERE chunk = chunks.id AND state IN ` + activeStates + `)`
 	// qAdmit is everything a grant intent checks, in one row (admitIntent):
-	// the live chunk, the host's own quota, the default quota's inputs
-	// (defaultquota.go), what the host holds (qHostHeld), the chunk's
-	// active grants, how many of them are this host's, and the chunk's
-	// placement as "dpa length dpa length …" in order (qChunkExtents; one
-	// statement fewer than reading its rows). No row: the chunk or the
-	// host does not exist. "h.id + 0": compared with h.id itself (equal to
-	// the bound host) the unique partial index grants_one_active made
-	// SQLite re-plan the whole statement at every execution, a third of
-	// its cost; the chunk's few active grants are read by chunk anyway.
-	qAdmit = `SELECT c.id, c.name, c.region, c.size, c.tag, c.sharable, c.created, h.quota,
+	// the live chunk, whether the host exists and its own quota, the
+	// default quota's inputs (defaultquota.go), what the host holds
+	// (qHostHeld), the chunk's active grants, how many of them are this
+	// host's, and the chunk's placement as "dpa length dpa length …" in
+	// order (qChunkExtents; one statement fewer than reading its rows).
+	// No row: the chunk does not exist. It reads the host through scalar
+	// subqueries and no join: with a join of tables one of which a bound
+	// parameter selects (chunks × hosts, or grants × chunks for the
+	// holding), SQLite re-planned the whole statement at most executions
+	// (sqlite3_stmt_status REPREPARE), a third of its cost.
+	qAdmit = `SELECT c.id, c.name, c.region, c.size, c.tag, c.sharable, c.created,
+		(SELECT count(*) FROM hosts WHERE id = ?2),
+		coalesce((SELECT quota FROM hosts WHERE id = ?2), 0),
 		(SELECT value FROM meta WHERE key = '` + metaDefaultQuota + `'),
 		(SELECT coalesce(sum(length), 0) FROM regions),
 		(SELECT count(*) FROM hosts),
-		(SELECT coalesce(sum(hc.size), 0) FROM grants hg JOIN chunks hc ON hc.id = hg.chunk
-			WHERE hg.host = h.id AND hg.state IN ` + activeStates + `),
+		(SELECT coalesce(sum((SELECT size FROM chunks WHERE id = hg.chunk)), 0) FROM grants hg
+			WHERE hg.host = ?2 AND hg.state IN ` + activeStates + `),
 		(SELECT count(*) FROM grants WHERE chunk = c.id AND state IN ` + activeStates + `),
-		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = h.id + 0 AND state IN ` + activeStates + `),
+		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = ?2 AND state IN ` + activeStates + `),
 		(SELECT group_concat(dpa || ' ' || length, ' ' ORDER BY idx) FROM chunk_extents WHERE chunk = c.id)
-		FROM chunks c, hosts h WHERE c.id = ? AND c.deleted IS NULL AND h.id = ?`
+		FROM chunks c WHERE c.id = ?1 AND c.deleted IS NULL`
 )
 
 // qMove moves a grant from one of the source states from and reads it
