@@ -191,11 +191,11 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 	var size, created, hostQuota, pool, heads, held int64
 	var tag []byte
 	var meta, placement sql.NullString
-	var holders, mine int
+	var hostKnown, holders, mine int
 	err := tx.QueryRowContext(ctx, qAdmit, chunk, host).Scan(
 		&a.chunk.ID, &a.chunk.Name, &a.chunk.Region, &size, &tag, &a.chunk.Sharable, &created,
-		&hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
-	if errors.Is(err, sql.ErrNoRows) || err == nil && (mine > 0 || holders > 0 && !a.chunk.Sharable) {
+		&hostKnown, &hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
+	if errors.Is(err, sql.ErrNoRows) || err == nil && (hostKnown == 0 || mine > 0 || holders > 0 && !a.chunk.Sharable) {
 		// Unknown chunk or host, or a conflict: admit says which.
 		if _, _, _, aerr := admit(ctx, tx, chunk, host); aerr != nil {
 			return a, aerr
@@ -259,7 +259,7 @@ func parseSpans(s string) ([]span, error) {
 // CompleteGrant moves adding → granted, recording exactly extents.
 func (l *Ledger) CompleteGrant(ctx context.Context, id dcd.GrantID, extents []cci.Extent) (dcd.Grant, error) {
 	return l.move(ctx, "complete grant", id, move{
-		from: []dcd.GrantState{dcd.GrantAdding}, to: dcd.GrantGranted,
+		from: fromAdding, to: dcd.GrantGranted,
 		setExtents: true, extents: extents, derivable: true,
 	})
 }
@@ -267,7 +267,7 @@ func (l *Ledger) CompleteGrant(ctx context.Context, id dcd.GrantID, extents []cc
 // FailGrant moves adding → failed.
 func (l *Ledger) FailGrant(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
 	return l.move(ctx, "fail grant", id, move{
-		from: []dcd.GrantState{dcd.GrantAdding}, to: dcd.GrantFailed,
+		from: fromAdding, to: dcd.GrantFailed,
 		setReason: true, reason: reason, derivable: true,
 	})
 }
@@ -276,7 +276,7 @@ func (l *Ledger) FailGrant(ctx context.Context, id dcd.GrantID, reason string) (
 // returned unchanged, so a restarted release can repeat it.
 func (l *Ledger) BeginRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	return l.move(ctx, "begin release", id, move{
-		from: []dcd.GrantState{dcd.GrantGranted}, to: dcd.GrantReleasing, stay: true,
+		from: fromGranted, to: dcd.GrantReleasing, stay: true,
 	})
 }
 
@@ -284,7 +284,7 @@ func (l *Ledger) BeginRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, e
 // started (dcd.ReasonedReleaser); the reason stays once it is released.
 func (l *Ledger) BeginReleaseReason(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
 	return l.move(ctx, "begin release", id, move{
-		from: []dcd.GrantState{dcd.GrantGranted}, to: dcd.GrantReleasing, stay: true,
+		from: fromGranted, to: dcd.GrantReleasing, stay: true,
 		setReason: true, reason: reason,
 	})
 }
@@ -292,14 +292,14 @@ func (l *Ledger) BeginReleaseReason(ctx context.Context, id dcd.GrantID, reason 
 // CompleteRelease moves releasing → released. The extents stay as history.
 func (l *Ledger) CompleteRelease(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	return l.move(ctx, "complete release", id, move{
-		from: []dcd.GrantState{dcd.GrantReleasing}, to: dcd.GrantReleased, derivable: true,
+		from: fromReleasing, to: dcd.GrantReleased, derivable: true,
 	})
 }
 
 // MarkLost moves an active grant (adding, granted, releasing) to lost.
 func (l *Ledger) MarkLost(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
 	return l.move(ctx, "mark lost", id, move{
-		from: []dcd.GrantState{dcd.GrantAdding, dcd.GrantGranted, dcd.GrantReleasing}, to: dcd.GrantLost,
+		from: fromActive, to: dcd.GrantLost,
 		setReason: true, reason: reason,
 	})
 }
@@ -332,12 +332,7 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 		now := l.now()
 		g = dcd.Grant{ID: id, State: m.to, Updated: now}
 		var created int64
-		states := make([]any, 0, len(m.from))
-		for _, st := range m.from {
-			states = append(states, st)
-		}
-		args := append([]any{m.to, m.setReason, m.reason, unixNano(now), id}, states...)
-		err := tx.QueryRowContext(ctx, qMove(len(states)), args...).
+		err := tx.QueryRowContext(ctx, qMove(m.from), m.to, m.setReason, m.reason, unixNano(now), id).
 			Scan(&g.Chunk, &g.Host, &g.Reason, &created)
 		switch {
 		case err == nil:
@@ -496,15 +491,17 @@ func (l *Ledger) Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, er
 	if len(where) > 0 {
 		cond = ` WHERE ` + strings.Join(where, ` AND `)
 	}
+	qGrants := `SELECT ` + grantColumns + ` FROM grants` + cond + ` ORDER BY id`
+	qGrantExtents := `SELECT grant_id, dpa, length, tag, shared_seq FROM extents
+			WHERE grant_id IN (SELECT id FROM grants` + cond + `) ORDER BY grant_id, idx`
 	if f.Active && f.Host == nil && f.Chunk == 0 {
-		// Every active grant (the telemetry's layout, reconcile): the
-		// partial index holds only those, where the planner (no
-		// statistics) would scan every grant ever made.
-		cond = ` INDEXED BY grants_one_active` + cond
+		// Every active grant (the telemetry's layout, reconcile), from
+		// the partial index of active grants, prepared.
+		qGrants, qGrantExtents = qActiveGrants, qActiveExtents
 	}
 	var grants []dcd.Grant
 	err := l.read(ctx, func(tx *Tx) error {
-		rows, err := tx.QueryContext(ctx, `SELECT `+grantColumns+` FROM grants`+cond+` ORDER BY id`, args...)
+		rows, err := tx.QueryContext(ctx, qGrants, args...)
 		if err != nil {
 			return err
 		}
@@ -525,8 +522,7 @@ func (l *Ledger) Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, er
 		if len(grants) == 0 {
 			return nil
 		}
-		ext, err := tx.QueryContext(ctx, `SELECT grant_id, dpa, length, tag, shared_seq FROM extents
-			WHERE grant_id IN (SELECT id FROM grants`+cond+`) ORDER BY grant_id, idx`, args...)
+		ext, err := tx.QueryContext(ctx, qGrantExtents, args...)
 		if err != nil {
 			return fmt.Errorf("extents: %w", err)
 		}

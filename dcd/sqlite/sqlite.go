@@ -7,9 +7,11 @@
 // connection, which serializes write transactions inside the process
 // (SQLite allows one writer anyway); reads take a small pool of their own,
 // because in WAL mode readers never wait for the writer, so a listing of
-// grants never holds up a grant. Concurrent durable commits share their
-// fsync (group commit): each still returns only once an fsync that began
-// after its own commit has finished.
+// grants never holds up a grant. Write transactions that queue for the
+// writer together share one SQLite transaction, each in a savepoint
+// (batch.go). Concurrent durable commits share their fsync (group
+// commit): each still returns only once an fsync that began after its own
+// commit has finished.
 package sqlite
 
 import (
@@ -47,14 +49,15 @@ type Options struct {
 // Ledger is a dcd.Ledger stored in one SQLite file. It is safe for
 // concurrent use.
 type Ledger struct {
-	db    *sql.DB // the one writer connection
-	rdb   *sql.DB // read-only connections (query_only)
+	db    *sql.DB   // the writer's pool of one connection
+	wc    *sql.Conn // that connection, held from Open to Close
+	rdb   *sql.DB   // read-only connections (query_only)
 	log   *slog.Logger
 	clock func() time.Time
 	// durable: fsync the WAL after every commit except relaxed ones.
 	durable bool
 	walPath string
-	stmts   map[string]*sql.Stmt // prepared hot statements, by SQL text
+	stmts   map[string]*sql.Stmt // prepared hot statements, by SQL text, on wc
 	rstmts  map[string]*sql.Stmt // the same, on the read connections
 
 	// commits counts write transactions committed so far; a commit takes
@@ -64,6 +67,9 @@ type Ledger struct {
 	group   groupSync
 	// syncFn makes the WAL durable: syncWAL, or a test's stand-in.
 	syncFn func() error
+	// w queues write transactions for the connection and batches them
+	// (batch.go).
+	w writer
 }
 
 // groupSync lets concurrent durable commits share one fsync: one caller
@@ -81,50 +87,83 @@ type groupSync struct {
 // parses SQL text on every call, a large share of a small transaction) and
 // plain queries otherwise, so callers write SQL as usual.
 type Tx struct {
-	*sql.Tx
+	tx    *sql.Tx   // a read transaction; nil in a write transaction
+	wc    *sql.Conn // a write transaction's connection, between BEGIN and COMMIT
 	stmts map[string]*sql.Stmt
+	// ctx, when set, replaces the callers' contexts: a batch's (batch.go),
+	// which no one caller's cancellation may interrupt.
+	ctx context.Context
 }
 
 // ExecContext runs a statement.
 func (t *Tx) ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error) {
-	if st, ok := t.stmts[query]; ok {
-		return t.Tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	if t.ctx != nil {
+		ctx = t.ctx
 	}
-	return t.Tx.ExecContext(ctx, query, args...)
+	st, ok := t.stmts[query]
+	switch {
+	case t.wc != nil && ok:
+		return st.ExecContext(ctx, args...)
+	case t.wc != nil:
+		return t.wc.ExecContext(ctx, query, args...)
+	case ok:
+		return t.tx.StmtContext(ctx, st).ExecContext(ctx, args...)
+	}
+	return t.tx.ExecContext(ctx, query, args...)
 }
 
 // QueryContext runs a query.
 func (t *Tx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
-	if st, ok := t.stmts[query]; ok {
-		return t.Tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	if t.ctx != nil {
+		ctx = t.ctx
 	}
-	return t.Tx.QueryContext(ctx, query, args...)
+	st, ok := t.stmts[query]
+	switch {
+	case t.wc != nil && ok:
+		return st.QueryContext(ctx, args...)
+	case t.wc != nil:
+		return t.wc.QueryContext(ctx, query, args...)
+	case ok:
+		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	return t.tx.QueryContext(ctx, query, args...)
 }
 
 // QueryRowContext runs a query that returns one row.
 func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
-	if st, ok := t.stmts[query]; ok {
-		return t.Tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	if t.ctx != nil {
+		ctx = t.ctx
 	}
-	return t.Tx.QueryRowContext(ctx, query, args...)
+	st, ok := t.stmts[query]
+	switch {
+	case t.wc != nil && ok:
+		return st.QueryRowContext(ctx, args...)
+	case t.wc != nil:
+		return t.wc.QueryRowContext(ctx, query, args...)
+	case ok:
+		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	return t.tx.QueryRowContext(ctx, query, args...)
 }
 
 // prepare readies the statements of the grant path, which runs on every
 // grant and release, at open, while no transaction holds the connection.
 func (l *Ledger) prepare(ctx context.Context) error {
 	var err error
-	if l.stmts, err = prepareOn(ctx, l.db); err != nil {
+	if l.stmts, err = prepareOn(ctx, l.wc, writerStatements...); err != nil {
 		return err
 	}
 	l.rstmts, err = prepareOn(ctx, l.rdb)
 	return err
 }
 
-// prepareOn prepares the hot statements on db (a statement belongs to the
-// *sql.DB it was prepared on, and a Tx can only use its own DB's).
-func prepareOn(ctx context.Context, db *sql.DB) (map[string]*sql.Stmt, error) {
+// prepareOn prepares the hot statements and extra on db (a statement
+// belongs to the *sql.DB or *sql.Conn it was prepared on).
+func prepareOn(ctx context.Context, db interface {
+	PrepareContext(context.Context, string) (*sql.Stmt, error)
+}, extra ...string) (map[string]*sql.Stmt, error) {
 	stmts := make(map[string]*sql.Stmt)
-	for _, q := range hotStatements() {
+	for _, q := range append(hotStatements(), extra...) {
 		st, err := db.PrepareContext(ctx, q)
 		if err != nil {
 			for _, st := range stmts {
@@ -176,19 +215,30 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	if err != nil {
 		return nil, fmt.Errorf("ledger: open %s: %w", path, err)
 	}
-	// One connection: transactions queue in database/sql instead of
-	// fighting over SQLite's write lock, and no connection can miss the
-	// pragmas (they are re-applied from the DSN on every new connection).
+	// One connection: write transactions queue in the ledger (batch.go)
+	// instead of fighting over SQLite's write lock, and no connection can
+	// miss the pragmas (they are re-applied from the DSN on every new
+	// connection).
 	db.SetMaxOpenConns(1)
 	l.db = db
 	if err := migrate(ctx, db, migrations, l.log, l.clock); err != nil {
 		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
 	}
+	// The writer holds its connection: a write transaction is then its
+	// prepared BEGIN IMMEDIATE, statements and COMMIT, without a
+	// database/sql transaction around it (which parses BEGIN and COMMIT
+	// anew each time and watches the caller's context from a goroutine
+	// of its own: together more than a small transaction's statements).
+	wc, err := db.Conn(ctx)
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
+	}
+	l.wc = wc
 	// The readers open only once the schema is current; query_only makes
 	// SQLite itself refuse a write that strayed onto them.
 	rdb, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
 	if err != nil {
-		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
+		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), wc.Close(), db.Close())
 	}
 	rdb.SetMaxOpenConns(readConns)
 	rdb.SetMaxIdleConns(readConns)
@@ -200,8 +250,9 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 }
 
 // dataSourceName builds the modernc DSN: the path, then the per-connection
-// pragmas. _txlock=immediate makes write transactions take the write lock at
-// BEGIN, so two processes cannot deadlock upgrading read locks.
+// pragmas. _txlock=immediate makes the transactions database/sql begins
+// (the migrations) take the write lock at BEGIN, as runWrite's BEGIN
+// IMMEDIATE does, so two processes cannot deadlock upgrading read locks.
 func dataSourceName(path, synchronous string) (dsn, level string, err error) {
 	if path == "" || strings.ContainsRune(path, '?') {
 		return "", "", fmt.Errorf("path %q: must be non-empty and without '?': %w", path, dcd.ErrInvalid)
@@ -243,7 +294,7 @@ func (l *Ledger) closeDBs() error {
 	}
 	// Readers first: the writer's close may checkpoint and remove the
 	// WAL, which it only does when it is the last connection.
-	return errors.Join(l.rdb.Close(), l.db.Close())
+	return errors.Join(l.rdb.Close(), l.wc.Close(), l.db.Close())
 }
 
 // Ping performs one tiny durable write transaction (the heartbeat row). The
@@ -349,48 +400,80 @@ func (l *Ledger) relaxedTx(ctx context.Context, fn func(*Tx) error) error {
 }
 
 // run runs fn in one transaction and returns the commit's number (0 for
-// a read).
+// a read). Writes queue for the one writer connection and may share a
+// SQLite transaction with others queued beside them (batch.go).
 func (l *Ledger) run(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) (uint64, error) {
-	for attempt := 1; ; attempt++ {
-		seq, err := l.runOnce(ctx, opts, fn)
-		if err == nil || !isBusy(err) || attempt > busyRetries {
-			return seq, err
-		}
-		l.log.Warn("ledger: database busy, retrying transaction", "attempt", attempt, "err", err)
-		t := time.NewTimer(time.Duration(attempt) * busyBackoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return 0, errors.Join(err, ctx.Err())
-		case <-t.C:
-		}
+	if opts == nil || !opts.ReadOnly {
+		return l.write(ctx, fn)
 	}
+	return l.retryBusy(ctx, func() (uint64, error) { return l.runOnce(ctx, opts, fn) })
 }
 
+// errTxDone: the driver already ended the transaction (a cancelled
+// context), so there is nothing to roll back.
+var errTxDone = sql.ErrTxDone
+
 func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) error) (uint64, error) {
-	db, stmts := l.db, l.stmts
-	if opts != nil && opts.ReadOnly {
-		db, stmts = l.rdb, l.rstmts
+	if opts == nil || !opts.ReadOnly {
+		return l.runWrite(ctx, fn)
 	}
-	stx, err := db.BeginTx(ctx, opts)
+	stx, err := l.rdb.BeginTx(ctx, opts)
 	if err != nil {
 		return 0, err
 	}
-	tx := &Tx{Tx: stx, stmts: stmts}
+	tx := &Tx{tx: stx, stmts: l.rstmts}
 	if err := fn(tx); err != nil {
-		if rbErr := tx.Rollback(); rbErr != nil && !errors.Is(rbErr, sql.ErrTxDone) {
+		if rbErr := stx.Rollback(); rbErr != nil && !errors.Is(rbErr, errTxDone) {
 			// ErrTxDone: the driver already ended it (cancelled context).
 			return 0, errors.Join(err, rbErr)
 		}
 		return 0, err
 	}
-	if err := tx.Commit(); err != nil {
+	return 0, stx.Commit()
+}
+
+// Statements of the writer's own transaction control, prepared on wc.
+const (
+	qBegin    = `BEGIN IMMEDIATE`
+	qCommit   = `COMMIT`
+	qRollback = `ROLLBACK`
+)
+
+// writerStatements are prepared on the writer's connection beside the
+// hot statements: its transaction control and a batch's savepoints.
+var writerStatements = []string{qBegin, qCommit, qRollback, qSavepoint, qRollbackTo, qReleaseSP}
+
+// runWrite runs fn in one write transaction on the writer's connection and
+// returns its commit number. BEGIN IMMEDIATE takes the write lock at once,
+// so two processes cannot deadlock upgrading read locks. A transaction
+// whose ctx ended before COMMIT is rolled back.
+func (l *Ledger) runWrite(ctx context.Context, fn func(*Tx) error) (uint64, error) {
+	if _, err := l.stmts[qBegin].ExecContext(ctx); err != nil {
 		return 0, err
 	}
-	if db != l.db {
-		return 0, nil
+	tx := &Tx{wc: l.wc, stmts: l.stmts}
+	if err := fn(tx); err != nil {
+		return 0, l.rollback(err)
+	}
+	if err := ctx.Err(); err != nil {
+		return 0, l.rollback(err)
+	}
+	// COMMIT itself is not interrupted: it either happened or not.
+	if _, err := l.stmts[qCommit].ExecContext(context.WithoutCancel(ctx)); err != nil {
+		return 0, l.rollback(err)
 	}
 	return l.commits.Add(1), nil
+}
+
+// rollback ends the writer's transaction after err. SQLite may have ended
+// it already (an interrupted or failed statement, a failed COMMIT), which
+// is no second error.
+func (l *Ledger) rollback(err error) error {
+	if _, rbErr := l.stmts[qRollback].ExecContext(context.Background()); rbErr != nil &&
+		!strings.Contains(rbErr.Error(), "no transaction is active") {
+		return errors.Join(err, rbErr)
+	}
+	return err
 }
 
 // isBusy reports whether err is SQLite's "try again later".

@@ -298,7 +298,7 @@ func TestPragmas(t *testing.T) {
 				{"foreign_keys", &fk},
 				{"busy_timeout", &busy},
 			} {
-				if err := l.db.QueryRowContext(ctx, "PRAGMA "+q.pragma).Scan(q.dest); err != nil {
+				if err := l.wc.QueryRowContext(ctx, "PRAGMA "+q.pragma).Scan(q.dest); err != nil {
 					t.Fatalf("PRAGMA %s: %v", q.pragma, err)
 				}
 			}
@@ -315,7 +315,7 @@ func TestPragmas(t *testing.T) {
 				t.Errorf("busy_timeout: got %d, want %d", busy, busyTimeout.Milliseconds())
 			}
 			// Foreign keys are enforced, not just switched on.
-			_, err := l.db.ExecContext(ctx, `INSERT INTO grants (chunk, host, state, created, updated) VALUES (999, 999, 'adding', 0, 0)`)
+			_, err := l.wc.ExecContext(ctx, `INSERT INTO grants (chunk, host, state, created, updated) VALUES (999, 999, 'adding', 0, 0)`)
 			if err == nil {
 				t.Errorf("insert a grant of no chunk: got nil error, want a foreign key failure")
 			}
@@ -353,7 +353,7 @@ func TestPing(t *testing.T) {
 		t.Fatalf("Ping: %v", err)
 	}
 	var got string
-	if err := l.db.QueryRowContext(t.Context(), `SELECT value FROM meta WHERE key = 'heartbeat'`).Scan(&got); err != nil {
+	if err := l.wc.QueryRowContext(t.Context(), `SELECT value FROM meta WHERE key = 'heartbeat'`).Scan(&got); err != nil {
 		t.Fatal(err)
 	}
 	if want := now.Format(time.RFC3339Nano); got != want {
@@ -405,11 +405,7 @@ func TestIsBusy(t *testing.T) {
 	defer l.Close()
 	// Another process (here: another handle with no busy timeout) cannot
 	// write while the ledger holds the write lock.
-	conn, err := l.db.Conn(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
+	conn := l.wc
 	if _, err := conn.ExecContext(ctx, `BEGIN IMMEDIATE`); err != nil {
 		t.Fatal(err)
 	}
@@ -533,7 +529,7 @@ func TestDurability(t *testing.T) {
 			}
 			defer l2.Close()
 			var v string
-			if err := l2.db.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'relaxed'`).Scan(&v); err != nil || v != "yes" {
+			if err := l2.wc.QueryRowContext(ctx, `SELECT value FROM meta WHERE key = 'relaxed'`).Scan(&v); err != nil || v != "yes" {
 				t.Errorf("relaxed commit after reopen: %q, %v; want yes", v, err)
 			}
 		})

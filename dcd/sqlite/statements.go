@@ -1,5 +1,11 @@
 package sqlite
 
+import (
+	"strings"
+
+	"cxlpool/dcd"
+)
+
 // The statements of the grant path, which runs on every grant and release.
 // They are prepared once at open (Tx uses a prepared statement whenever
 // its SQL text is one of these); everything else is plain SQL at its call
@@ -22,15 +28,25 @@ const (
 	qPoolLength = `SELECT coalesce(sum(length), 0) FROM regions`
 	qHeads      = `SELECT count(*) FROM hosts`
 	qHeartbeat  = `INSERT INTO meta (key, value) VALUES ('heartbeat', ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value`
+	// Every active grant and their extents (Grants with only Active set:
+	// the telemetry's layout after each change, reconcile). The partial
+	// index holds only those, where the planner (no statistics) would
+	// scan every grant ever made.
+	qActiveGrants  = `SELECT ` + grantColumns + ` FROM grants INDEXED BY grants_one_active WHERE state IN ` + activeStates + ` ORDER BY id`
+	qActiveExtents = `SELECT grant_id, dpa, length, tag, shared_seq FROM extents
+		WHERE grant_id IN (SELECT id FROM grants INDEXED BY grants_one_active WHERE state IN ` + activeStates + `) ORDER BY grant_id, idx`
 	// Reserve (CreateChunk) and its placement, which run once per chunk.
 	qRegions  = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
 	qRegion   = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
 	qReserved = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
 	// qBusySpans is every DPA range that is not free (placement.go): live
 	// chunks' placements, active grants' extents and orphaned extents,
-	// the last marked.
-	qBusySpans = `SELECT ce.dpa, ce.length, 0 FROM chunk_extents ce JOIN chunks c ON c.id = ce.chunk WHERE c.deleted IS NULL
-		UNION ALL SELECT e.dpa, e.length, 0 FROM extents e JOIN grants g ON g.id = e.grant_id WHERE g.state IN ` + activeStates + `
+	// the last marked. Each part starts from the partial index of what is
+	// live (chunks_live_by_region, grants_one_active): placements and
+	// extents are kept as history, and the planner (no statistics) would
+	// otherwise scan every one ever recorded, on every reservation.
+	qBusySpans = `SELECT ce.dpa, ce.length, 0 FROM chunks c INDEXED BY chunks_live_by_region CROSS JOIN chunk_extents ce ON ce.chunk = c.id WHERE c.deleted IS NULL
+		UNION ALL SELECT e.dpa, e.length, 0 FROM grants g INDEXED BY grants_one_active CROSS JOIN extents e ON e.grant_id = g.id WHERE g.state IN ` + activeStates + `
 		UNION ALL SELECT dpa, length, 1 FROM orphan_extents`
 	qInsertChunk     = `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`
 	qInsertPlacement = `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`
@@ -39,34 +55,58 @@ const (
 	qDeleteChunk = `UPDATE chunks SET deleted = ? WHERE id = ? AND deleted IS NULL
 		AND NOT EXISTS (SELECT 1 FROM grants WHERE chunk = chunks.id AND state IN ` + activeStates + `)`
 	// qAdmit is everything a grant intent checks, in one row (admitIntent):
-	// the live chunk, the host's own quota, the default quota's inputs
-	// (defaultquota.go), what the host holds (qHostHeld), the chunk's
-	// active grants, how many of them are this host's, and the chunk's
-	// placement as "dpa length dpa length …" in order (qChunkExtents; one
-	// statement fewer than reading its rows). No row: the chunk or the
-	// host does not exist.
-	qAdmit = `SELECT c.id, c.name, c.region, c.size, c.tag, c.sharable, c.created, h.quota,
+	// the live chunk, whether the host exists and its own quota, the
+	// default quota's inputs (defaultquota.go), what the host holds
+	// (qHostHeld), the chunk's active grants, how many of them are this
+	// host's, and the chunk's placement as "dpa length dpa length …" in
+	// order (qChunkExtents; one statement fewer than reading its rows).
+	// No row: the chunk does not exist. It reads the host through scalar
+	// subqueries and no join: with a join of tables one of which a bound
+	// parameter selects (chunks × hosts, or grants × chunks for the
+	// holding), SQLite re-planned the whole statement at most executions
+	// (sqlite3_stmt_status REPREPARE), a third of its cost.
+	qAdmit = `SELECT c.id, c.name, c.region, c.size, c.tag, c.sharable, c.created,
+		(SELECT count(*) FROM hosts WHERE id = ?2),
+		coalesce((SELECT quota FROM hosts WHERE id = ?2), 0),
 		(SELECT value FROM meta WHERE key = '` + metaDefaultQuota + `'),
 		(SELECT coalesce(sum(length), 0) FROM regions),
 		(SELECT count(*) FROM hosts),
-		(SELECT coalesce(sum(hc.size), 0) FROM grants hg JOIN chunks hc ON hc.id = hg.chunk
-			WHERE hg.host = h.id AND hg.state IN ` + activeStates + `),
+		(SELECT coalesce(sum((SELECT size FROM chunks WHERE id = hg.chunk)), 0) FROM grants hg
+			WHERE hg.host = ?2 AND hg.state IN ` + activeStates + `),
 		(SELECT count(*) FROM grants WHERE chunk = c.id AND state IN ` + activeStates + `),
-		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = h.id AND state IN ` + activeStates + `),
+		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = ?2 AND state IN ` + activeStates + `),
 		(SELECT group_concat(dpa || ' ' || length, ' ' ORDER BY idx) FROM chunk_extents WHERE chunk = c.id)
-		FROM chunks c, hosts h WHERE c.id = ? AND c.deleted IS NULL AND h.id = ?`
+		FROM chunks c WHERE c.id = ?1 AND c.deleted IS NULL`
 )
 
-// qMove moves a grant from one of n source states and reads it back.
-func qMove(n int) string {
+// qMove moves a grant from one of the source states from and reads it
+// back. The states are written into the SQL, not bound: a bound value
+// compared with the state column, which the partial index grants_one_active
+// is defined on, makes SQLite plan the statement again at every execution
+// (the plan may depend on the value), which costs more than the update.
+func qMove(from []dcd.GrantState) string {
+	states := make([]string, len(from))
+	for i, st := range from {
+		states[i] = "'" + strings.ReplaceAll(string(st), "'", "''") + "'"
+	}
 	return `UPDATE grants SET state = ?, reason = CASE WHEN ? THEN ? ELSE reason END, updated = ? ` +
-		`WHERE id = ? AND state IN (` + placeholders(n) + `) RETURNING chunk, host, reason, created`
+		`WHERE id = ? AND state IN (` + strings.Join(states, ", ") + `) RETURNING chunk, host, reason, created`
 }
+
+// The source states of the ledger's grant moves (grants.go).
+var (
+	fromAdding    = []dcd.GrantState{dcd.GrantAdding}
+	fromGranted   = []dcd.GrantState{dcd.GrantGranted}
+	fromReleasing = []dcd.GrantState{dcd.GrantReleasing}
+	fromActive    = []dcd.GrantState{dcd.GrantAdding, dcd.GrantGranted, dcd.GrantReleasing}
+)
 
 // hotStatements lists what prepare readies: the constants above and the
 // grant moves the ledger makes (from one state, or from any active one).
 func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
-		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit, qMove(1), qMove(3),
-		qRegions, qRegion, qReserved, qBusySpans, qInsertChunk, qInsertPlacement, qDeleteChunk}
+		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit,
+		qMove(fromAdding), qMove(fromGranted), qMove(fromReleasing), qMove(fromActive),
+		qRegions, qRegion, qReserved, qBusySpans, qInsertChunk, qInsertPlacement, qDeleteChunk,
+		qActiveGrants, qActiveExtents}
 }

@@ -10,11 +10,25 @@ import (
 	"cxlpool/sim"
 )
 
-// followGrants rebuilds the layout on every capacity change, and every
-// 10 s in case a burst of changes overflowed the subscription.
+// followGrants rebuilds the layout after capacity changes, and every 10 s
+// in case a burst of changes overflowed the subscription. A rebuild reads
+// every active grant, so a busy pool (hundreds of grants and releases a
+// second) would spend a good share of a core on it: the first change
+// after a quiet spell rebuilds at once, later ones at most once per
+// Tuning.LayoutInterval, and the last change of a burst always gets a
+// rebuild that reads the ledger after it. The interval is real time, not
+// the service's clock: it bounds CPU, it stamps nothing.
 func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 	backstop := time.NewTicker(10 * time.Second)
 	defer backstop.Stop()
+	var (
+		pending bool               // a change since the last rebuild began
+		due     <-chan time.Time   // set while a rebuild waits for the interval
+		last    = time.Now()       // when the last rebuild began
+		timer   = time.NewTimer(0) // reused for due
+	)
+	defer timer.Stop()
+	<-timer.C
 	for {
 		select {
 		case <-ctx.Done():
@@ -23,20 +37,21 @@ func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 			if !ok {
 				return
 			}
-			relevant := layoutChange(c)
-			for drained := false; !drained; { // one rebuild for a burst
-				select {
-				case c := <-changes:
-					relevant = relevant || layoutChange(c)
-				default:
-					drained = true
-				}
-			}
-			if !relevant {
-				continue
-			}
+			pending = pending || layoutChange(c)
+		case <-due:
+			due = nil
 		case <-backstop.C:
+			pending = true
 		}
+		if !pending || due != nil {
+			continue
+		}
+		if wait := t.cfg.LayoutInterval - time.Since(last); wait > 0 {
+			timer.Reset(wait)
+			due = timer.C
+			continue
+		}
+		pending, last = false, time.Now()
 		if err := t.rebuildLayout(ctx); err != nil && ctx.Err() == nil {
 			t.log.Warn("telemetry: rebuilding the host layout", "err", err)
 		}

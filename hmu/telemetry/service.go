@@ -72,6 +72,10 @@ type Tuning struct {
 	// CellSize is the heatmap granularity, a power of two (default: the
 	// smallest giving at most 4096 cells over the pool, at least 1 MiB).
 	CellSize uint64
+	// LayoutInterval is the least time between two rebuilds of the DPA →
+	// host layout from the ledger during a burst of grants and releases
+	// (default 20 ms; the collector drains every Poll, 100 ms, anyway).
+	LayoutInterval time.Duration
 }
 
 func (c *Tuning) defaults() {
@@ -80,6 +84,9 @@ func (c *Tuning) defaults() {
 	}
 	if c.TopN <= 0 {
 		c.TopN = 64
+	}
+	if c.LayoutInterval <= 0 {
+		c.LayoutInterval = 20 * time.Millisecond
 	}
 }
 

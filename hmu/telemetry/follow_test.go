@@ -1,0 +1,125 @@
+package telemetry
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"cxlpool/dcd"
+	"cxlpool/fabric"
+	"cxlpool/fabric/cci"
+	"cxlpool/hmu/agg"
+)
+
+// followLedger is a ledger whose active grants the test sets; it counts
+// the reads (one per layout rebuild).
+type followLedger struct {
+	dcd.Ledger // only Grants is called
+	mu         sync.Mutex
+	active     []dcd.Grant
+	reads      int
+}
+
+func (l *followLedger) Grants(context.Context, dcd.GrantFilter) ([]dcd.Grant, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.reads++
+	return append([]dcd.Grant(nil), l.active...), nil
+}
+
+func (l *followLedger) set(active []dcd.Grant) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.active = active
+}
+
+func (l *followLedger) readCount() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.reads
+}
+
+type followManager struct{ led *followLedger }
+
+func (m followManager) Box() fabric.Box                           { return fabric.Box{} }
+func (m followManager) Ledger() dcd.Ledger                        { return m.led }
+func (m followManager) Subscribe(int) (<-chan dcd.Change, func()) { panic("not used") }
+
+// layoutView is what a layout answers, for comparing two of them.
+func layoutView(l *agg.Layout) map[int][]cci.Extent {
+	v := map[int][]cci.Extent{agg.Shared: l.Extents(agg.Shared)}
+	for _, h := range l.Hosts() {
+		v[h] = l.Extents(h)
+	}
+	return v
+}
+
+// TestLayoutFollowsABurst: a burst of grants and releases, each announced
+// as its own change, costs far fewer rebuilds than changes, and the layout
+// it leaves is the one a full rebuild from the ledger gives after the last
+// change; a change after a quiet spell is followed as well.
+func TestLayoutFollowsABurst(t *testing.T) {
+	led := &followLedger{}
+	s := &Service{log: slog.New(slog.DiscardHandler), cfg: Tuning{LayoutInterval: 20 * time.Millisecond},
+		mgr: followManager{led}, layout: agg.NewLiveLayout(nil)}
+	changes := make(chan dcd.Change, 1024)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); s.followGrants(ctx, changes) }()
+	defer func() { cancel(); <-done }()
+
+	grant := func(i int) dcd.Grant {
+		return dcd.Grant{ID: dcd.GrantID(i + 1), Host: dcd.HostID(i % 8), State: dcd.GrantGranted,
+			Extents: []cci.Extent{{DPA: uint64(i) << 28, Length: 1 << 28}}}
+	}
+	var active []dcd.Grant
+	const n = 400
+	for i := range n {
+		g := grant(i)
+		active = append(active, g)
+		if i%3 == 2 { // every third round releases the oldest grant again
+			rel := active[0]
+			active = active[1:]
+			rel.State = dcd.GrantReleased
+			led.set(append([]dcd.Grant(nil), active...))
+			changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &rel}
+			continue
+		}
+		led.set(append([]dcd.Grant(nil), active...))
+		changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &g}
+	}
+	want := layoutView(agg.LayoutFromGrants(active))
+	waitLayout(t, s, want)
+	if got := led.readCount(); got >= n/4 {
+		t.Errorf("a burst of %d changes took %d rebuilds, want fewer than %d", n, got, n/4)
+	}
+
+	// Quiet, then one release: followed too.
+	rel := active[len(active)-1]
+	active = active[:len(active)-1]
+	led.set(append([]dcd.Grant(nil), active...))
+	rel.State = dcd.GrantReleased
+	changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &rel}
+	waitLayout(t, s, layoutView(agg.LayoutFromGrants(active)))
+}
+
+// waitLayout polls (bounded) until the service's layout shows want.
+func waitLayout(t *testing.T, s *Service, want map[int][]cci.Extent) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got := layoutView(s.layout.Load())
+		diff := cmp.Diff(want, got)
+		if diff == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("layout never matched a full rebuild (-want +got):\n%s", diff)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
