@@ -49,6 +49,7 @@ import (
 	"unsafe"
 
 	"cxlpool/rdma"
+	"cxlpool/rdma/internal/rawio"
 	"cxlpool/rdma/wire"
 )
 
@@ -247,6 +248,7 @@ type armed struct {
 type conn struct {
 	s      *Server
 	nc     net.Conn
+	raw    *rawio.Conn // nc's small reads and writes, without the runtime's syscall entry
 	br     *bufio.Reader
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -285,7 +287,8 @@ const (
 func (s *Server) newConn(nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, pendingBuf), ctx: ctx, cancel: cancel,
+	raw := rawio.New(nc)
+	return &conn{s: s, nc: nc, raw: raw, br: bufio.NewReaderSize(raw, pendingBuf), ctx: ctx, cancel: cancel,
 		slab: make([]byte, 0, pendingBuf), src: sourceKey(nc.RemoteAddr())}
 }
 
@@ -302,9 +305,9 @@ func (c *conn) authenticate() error {
 	}
 	c.authed = true
 	rest, _ := c.br.Peek(c.br.Buffered())
-	var in io.Reader = c.nc
+	var in io.Reader = c.raw
 	if len(rest) > 0 {
-		in = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.nc)
+		in = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.raw)
 	}
 	c.br = bufio.NewReaderSize(in, brSize)
 	slab := make([]byte, len(c.slab), slabSize)
@@ -996,7 +999,7 @@ func (c *conn) flush() error {
 		}
 	}
 	c.bufs = bufs
-	_, err := c.bufs.WriteTo(c.nc)
+	_, err := c.raw.WriteBuffers(bufs)
 	for i, stop := range stops {
 		stop()
 		stops[i] = nil
