@@ -9,6 +9,9 @@
 // connection's responses, completing other callers' on the way, so a
 // small request costs no more goroutine hand-offs than a plain
 // request/response over a socket.
+// Requests and the buffered reads of responses are raw system calls on
+// the non-blocking socket (rdma/internal/rawio), which spares a thread
+// wake-up per round trip.
 //
 // Operations on one connection run in order on the server; operations on
 // different connections (the pieces of one striped transfer, or calls from
