@@ -11,34 +11,30 @@ const supported = true
 
 // rawRead, rawWrite and rawWritev run inside RawConn.Read or Write: they
 // report false (wait until the socket is ready, then call again) only on
-// EAGAIN. EINTR is retried at once: the poller is edge-triggered, so
-// waiting could miss bytes already there.
+// EAGAIN.
 func (c *Conn) rawRead(fd uintptr) bool {
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_READ, fd, uintptr(unsafe.Pointer(&c.rd.p[0])), uintptr(len(c.rd.p)))
-		if e != syscall.EINTR {
-			c.rd.n, c.rd.errno = int(r), e
-			return e != syscall.EAGAIN
-		}
-	}
+	c.rd.n, c.rd.errno = call(syscall.SYS_READ, fd, unsafe.Pointer(&c.rd.p[0]), len(c.rd.p))
+	return c.rd.errno != syscall.EAGAIN
 }
 
 func (c *Conn) rawWrite(fd uintptr) bool {
-	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITE, fd, uintptr(unsafe.Pointer(&c.wr.p[0])), uintptr(len(c.wr.p)))
-		if e != syscall.EINTR {
-			c.wr.n, c.wr.errno = int(r), e
-			return e != syscall.EAGAIN
-		}
-	}
+	c.wr.n, c.wr.errno = call(syscall.SYS_WRITE, fd, unsafe.Pointer(&c.wr.p[0]), len(c.wr.p))
+	return c.wr.errno != syscall.EAGAIN
 }
 
 func (c *Conn) rawWritev(fd uintptr) bool {
+	c.wr.n, c.wr.errno = call(syscall.SYS_WRITEV, fd, unsafe.Pointer(&c.iov[0]), len(c.iov))
+	return c.wr.errno != syscall.EAGAIN
+}
+
+// call makes the system call trap(fd, p, n) without the runtime's entry,
+// again while it is interrupted: the poller is edge-triggered, so waiting
+// for it instead could miss bytes already there.
+func call(trap, fd uintptr, p unsafe.Pointer, n int) (int, syscall.Errno) {
 	for {
-		r, _, e := syscall.RawSyscall(syscall.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&c.iov[0])), uintptr(len(c.iov)))
+		r, _, e := syscall.RawSyscall(trap, fd, uintptr(p), uintptr(n))
 		if e != syscall.EINTR {
-			c.wr.n, c.wr.errno = int(r), e
-			return e != syscall.EAGAIN
+			return int(r), e
 		}
 	}
 }
