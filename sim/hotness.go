@@ -223,7 +223,7 @@ func (b *Box) countAccess(dpa uint64, n int, write bool) {
 // racks, rdma.Config.CountAccess): the CHMU sees them as the device would,
 // one access per line.
 func (b *Box) CountAccess(dpa, n uint64, write bool) {
-	b.countAccess(dpa, int(min(n, 1<<30)), write)
+	b.chmu.AccessRange(dpa, dpa+min(n, 1<<30), write, b.chmuGrain, accessLine)
 }
 
 // StartWorkload starts (or replaces) host ld's synthetic workload. It

@@ -63,7 +63,13 @@ func (c *Client) Bench(ctx context.Context, cfg BenchConfig) (BenchResult, error
 			return BenchResult{}, err
 		}
 	}
-	lat := make([]time.Duration, 0, min(max(cfg.Count, 1), 1<<20))
+	// Room for the run up front (a time-bound run: a second's worth of
+	// small READs), so the loop does not grow and copy it as it goes.
+	want := cfg.Count
+	if want == 0 {
+		want = 1 << 16
+	}
+	lat := make([]time.Duration, 0, min(want, 1<<20))
 	start := time.Now()
 	for i := 0; cfg.Count == 0 || i < cfg.Count; i++ {
 		t0 := time.Now()

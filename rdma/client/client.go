@@ -9,6 +9,9 @@
 // connection's responses, completing other callers' on the way, so a
 // small request costs no more goroutine hand-offs than a plain
 // request/response over a socket.
+// Requests and the buffered reads of responses are raw system calls on
+// the non-blocking socket (rdma/internal/rawio), which spares a thread
+// wake-up per round trip.
 //
 // Operations on one connection run in order on the server; operations on
 // different connections (the pieces of one striped transfer, or calls from
@@ -29,6 +32,7 @@ import (
 	"time"
 
 	"cxlpool/rdma"
+	"cxlpool/rdma/internal/rawio"
 	"cxlpool/rdma/wire"
 )
 
@@ -444,6 +448,7 @@ type call struct {
 type conn struct {
 	cfg     Config
 	nc      net.Conn
+	raw     *rawio.Conn // nc's small reads and writes, without the runtime's syscall entry
 	br      *bufio.Reader
 	session uint32
 	size    uint64
@@ -489,7 +494,8 @@ func dial(ctx context.Context, cfg Config) (*conn, error) {
 	if tc, ok := nc.(*net.TCPConn); ok {
 		_ = tc.SetNoDelay(true)
 	}
-	cn := &conn{cfg: cfg, nc: nc, br: bufio.NewReaderSize(nc, 64<<10), window: make(chan struct{}, cfg.Window),
+	raw := rawio.New(nc)
+	cn := &conn{cfg: cfg, nc: nc, raw: raw, br: bufio.NewReaderSize(raw, 64<<10), window: make(chan struct{}, cfg.Window),
 		calls: map[uint64]*call{}, nextID: 1, readTok: make(chan struct{}, 1)}
 	if err := cn.open(ctx); err != nil {
 		nc.Close()
@@ -598,7 +604,7 @@ func (cn *conn) start(ctx context.Context, cl *call, req wire.Request, payload .
 		for _, p := range payload {
 			cn.wbuf = append(cn.wbuf, p...)
 		}
-		_, err = cn.nc.Write(cn.wbuf)
+		_, err = cn.raw.Write(cn.wbuf)
 	} else {
 		bufs := make(net.Buffers, 0, 1+len(payload))
 		bufs = append(append(bufs, cn.wbuf), payload...)

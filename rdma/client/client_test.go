@@ -30,7 +30,7 @@ func (c countingConn) Write(b []byte) (int, error) {
 	return c.Conn.Write(b)
 }
 
-func setup(t *testing.T) (*fake.Env, string) {
+func setup(t testing.TB) (*fake.Env, string) {
 	t.Helper()
 	env := fake.NewEnv(t, rdma.Config{})
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -11,6 +11,12 @@
 // copied, which is cheaper than keeping the memory pinned until the
 // response is sent.
 //
+// Small reads and writes (the buffered input, a burst of responses up to
+// 64 KiB) are raw system calls on the non-blocking socket (package
+// rdma/internal/rawio): the runtime's syscall entry would wake its sysmon
+// thread on most requests of a request/response exchange, a thread
+// switch on every small READ's critical path.
+//
 // Safety: every access goes through rdma.Handle's Pin/Unpin, so revoking an
 // export waits for the accesses in flight; a connection blocked in I/O on
 // a revoked export's memory is aborted (its deadline is moved to the past)
@@ -49,6 +55,7 @@ import (
 	"unsafe"
 
 	"cxlpool/rdma"
+	"cxlpool/rdma/internal/rawio"
 	"cxlpool/rdma/wire"
 )
 
@@ -247,6 +254,7 @@ type armed struct {
 type conn struct {
 	s      *Server
 	nc     net.Conn
+	raw    *rawio.Conn // nc's small reads and writes, without the runtime's syscall entry
 	br     *bufio.Reader
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -270,6 +278,15 @@ type conn struct {
 	bufs   net.Buffers
 	segs   [][]byte
 	stops  []func() bool
+	// unobserved are the READs gathered whose access Config.CountAccess
+	// hears once their responses are written (release).
+	unobserved []access
+}
+
+// access is a READ of n bytes at off through h.
+type access struct {
+	h      *rdma.Handle
+	off, n uint64
 }
 
 const (
@@ -285,7 +302,8 @@ const (
 func (s *Server) newConn(nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	_ = nc.SetDeadline(time.Now().Add(s.cfg.HandshakeTimeout))
-	return &conn{s: s, nc: nc, br: bufio.NewReaderSize(nc, pendingBuf), ctx: ctx, cancel: cancel,
+	raw := rawio.New(nc)
+	return &conn{s: s, nc: nc, raw: raw, br: bufio.NewReaderSize(raw, pendingBuf), ctx: ctx, cancel: cancel,
 		slab: make([]byte, 0, pendingBuf), src: sourceKey(nc.RemoteAddr())}
 }
 
@@ -302,9 +320,9 @@ func (c *conn) authenticate() error {
 	}
 	c.authed = true
 	rest, _ := c.br.Peek(c.br.Buffered())
-	var in io.Reader = c.nc
+	var in io.Reader = c.raw
 	if len(rest) > 0 {
-		in = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.nc)
+		in = io.MultiReader(bytes.NewReader(bytes.Clone(rest)), c.raw)
 	}
 	c.br = bufio.NewReaderSize(in, brSize)
 	slab := make([]byte, len(c.slab), slabSize)
@@ -322,8 +340,14 @@ func (c *conn) close() {
 	c.nc.Close()
 }
 
-// release unpins everything gathered and forgets it.
+// release unpins everything gathered and forgets it, then reports the
+// READs among it to Config.CountAccess.
 func (c *conn) release() {
+	for i, a := range c.unobserved {
+		a.h.Observe(a.off, a.n, false)
+		c.unobserved[i] = access{}
+	}
+	c.unobserved = c.unobserved[:0]
 	for i := range c.pieces {
 		if p := &c.pieces[i]; p.h != nil {
 			p.h.Unpin()
@@ -574,11 +598,13 @@ func (c *conn) respond(r wire.Response) {
 
 // pinRead pins n bytes at off for reading and queues head followed by the
 // data: copied when small, as pinned device memory when large.
+// Config.CountAccess hears of the READ once its response is written.
 func (c *conn) pinRead(h *rdma.Handle, off uint64, n int, head []byte) error {
-	segs, err := h.Pin(c.segs[:0], off, uint64(n), rdma.PermRead)
+	segs, err := h.PinUnobserved(c.segs[:0], off, uint64(n), rdma.PermRead)
 	if err != nil {
 		return err
 	}
+	c.unobserved = append(c.unobserved, access{h, off, uint64(n)})
 	c.segs = segs[:0]
 	if n <= CopyLimit {
 		dst := c.reserve(len(head) + n)
@@ -996,7 +1022,7 @@ func (c *conn) flush() error {
 		}
 	}
 	c.bufs = bufs
-	_, err := c.bufs.WriteTo(c.nc)
+	_, err := c.raw.WriteBuffers(bufs)
 	for i, stop := range stops {
 		stop()
 		stops[i] = nil
