@@ -3,7 +3,6 @@
 package verbs
 
 /*
-#cgo LDFLAGS: -libverbs
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <stdint.h>
@@ -136,6 +135,11 @@ static int cxl_poll(struct ibv_cq *cq, int *status) {
 static uint32_t cxl_qpn(struct ibv_qp *qp) { return qp->qp_num; }
 static uint32_t cxl_rkey(struct ibv_mr *mr) { return mr->rkey; }
 static uint32_t cxl_lkey(struct ibv_mr *mr) { return mr->lkey; }
+// cxl_device_list is ibv_get_device_list through the header: linked
+// statically (link_static.go) the header makes it a macro that first
+// registers the providers named by RDMA_STATIC_PROVIDERS, which cgo
+// calling the function directly would skip.
+static struct ibv_device **cxl_device_list(int *n) { return ibv_get_device_list(n); }
 static const char *cxl_dev_name(struct ibv_device **list, int i) { return ibv_get_device_name(list[i]); }
 static struct ibv_context *cxl_open(struct ibv_device **list, int i) { return ibv_open_device(list[i]); }
 */
@@ -183,7 +187,7 @@ func errnoErr(what string, rc C.int, err error) error {
 // Devices lists the RDMA devices.
 func Devices() ([]string, error) {
 	var n C.int
-	list, err := C.ibv_get_device_list(&n)
+	list, err := C.cxl_device_list(&n)
 	if list == nil {
 		// No uverbs in the kernel (ENOSYS) is no device all the same.
 		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
@@ -204,7 +208,7 @@ func openDevice(cfg Config) (*device, error) {
 		cfg.Depth = 64
 	}
 	var n C.int
-	list, err := C.ibv_get_device_list(&n)
+	list, err := C.cxl_device_list(&n)
 	if list == nil {
 		// No uverbs in the kernel (ENOSYS) is no device all the same.
 		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
