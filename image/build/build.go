@@ -102,7 +102,7 @@ type Config struct {
 	// VerbsProviders are the rdma-core providers linked into the daemon
 	// (DefaultVerbsProviders: rxe); see VerbsLinkEnv.
 	VerbsProviders []string
-	Layout          disk.Layout
+	Layout         disk.Layout
 	// DataConfig is the content of cxlpool.conf on the data partition
 	// (empty: a commented template).
 	DataConfig string

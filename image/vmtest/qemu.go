@@ -61,6 +61,8 @@ type Options struct {
 	// and the variable store writable only from SMM (OVMF's secboot
 	// builds require both).
 	SecureBoot bool
+	// Extra are more QEMU arguments (TestRDMA's data link: a second NIC).
+	Extra []string
 }
 
 // VM is a running QEMU.
@@ -122,6 +124,7 @@ func Args(opt Options) []string {
 	if opt.RTCBase != "" {
 		args = append(args, "-rtc", "base="+opt.RTCBase)
 	}
+	args = append(args, opt.Extra...)
 	if opt.UpdateSocket != "" {
 		args = append(args, "-chardev", "socket,id=upd,path="+opt.UpdateSocket+",server=on,wait=off",
 			"-device", "virtserialport,chardev=upd,name=cxlpool.update")
