@@ -159,8 +159,14 @@ func Start(opt Options) (*VM, error) {
 			return nil, err
 		}
 	}
-	v := &VM{changed: make(chan struct{}), exited: make(chan struct{}), log: opt.Log}
-	v.cmd = exec.Command("qemu-system-x86_64", Args(opt)...)
+	return StartArgs(Args(opt), opt.Log)
+}
+
+// StartArgs boots QEMU with args as they are (TestRDMA's second guest);
+// log is as Options.Log.
+func StartArgs(args []string, log io.Writer) (*VM, error) {
+	v := &VM{changed: make(chan struct{}), exited: make(chan struct{}), log: log}
+	v.cmd = exec.Command("qemu-system-x86_64", args...)
 	v.cmd.Stdout = (*consoleWriter)(v)
 	v.cmd.Stderr = (*consoleWriter)(v)
 	v.Started = time.Now()

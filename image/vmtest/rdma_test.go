@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,8 +17,13 @@ import (
 	"cxlpool/internal/vmkit"
 )
 
-// rackResultPrefix starts the rack guest's last console line (rack.ResultPrefix).
-const rackResultPrefix = "CXLPOOL-RACK-RESULT "
+// The rack guest's last console line starts with rackResultPrefix; after
+// rackRevokeCue it READs until the test revokes the export (rack.ResultPrefix,
+// rack.RevokeCue).
+const (
+	rackResultPrefix = "CXLPOOL-RACK-RESULT "
+	rackRevokeCue    = "rack: READing until the export is revoked"
+)
 
 // Addresses on the data link between the box and the rack.
 const (
@@ -37,8 +41,9 @@ const (
 // eth1 (cxlpool.rdma.rxe=eth1, cxlpool.rdma.address=10.0.0.1/24) before
 // the daemon starts. Over Redfish it grants a chunk to Host0 and exports
 // it; the rack, booted with the export's ID and token, reaches it over
-// verbs (WRITE/READ, atomics), reads the same bytes over TCP and is
-// refused with a wrong token (see rack's comment).
+// verbs (WRITE/READ, atomics), reads the same bytes over TCP, is refused
+// with a wrong token, and READs until the test revokes the export over
+// Redfish, when verbs and TCP refuse it (see rack's comment).
 //
 // make vmtest-rdma runs it with make image; it needs libibverbs-dev for
 // the rack's static verbs link, like the image.
@@ -67,7 +72,7 @@ func TestRDMA(t *testing.T) {
 	e.waitAPI(vm)
 	ctx, cancel := context.WithTimeout(e.ctx, 3*time.Minute)
 	defer cancel()
-	for _, re := range []string{`cxlpool: rdma: rxe0 active, GID \S+`, `msg="exports over RDMA verbs too" device=\S*`} {
+	for _, re := range []string{`cxlpool: rdma: rxe0 active, GID [0-9a-f:]+`, `msg="exports over RDMA verbs too" device=rxe0`} {
 		m, _, err := vm.WaitConsole(ctx, regexp.MustCompile(re), 0)
 		if err != nil {
 			t.Fatalf("%v; console:\n%s", err, tail(vm.Console(), 4000))
@@ -104,21 +109,44 @@ func TestRDMA(t *testing.T) {
 	t.Logf("box up, %s granted and exported as %s after %v", chunk, id, time.Since(start).Round(time.Second))
 
 	rackStart := time.Now()
-	var console strings.Builder
 	rackLog, _ := os.Create(filepath.Join(e.dir, "rack.console"))
 	defer rackLog.Close()
-	q := exec.CommandContext(ctx, "qemu-system-x86_64",
+	rack, err := StartArgs([]string{
 		"-M", "q35", "-accel", "tcg", "-cpu", "qemu64,+rdrand", "-smp", "1", "-m", "512M",
 		"-display", "none", "-serial", "stdio", "-monitor", "none", "-nic", "none", "-no-reboot",
 		"-netdev", fmt.Sprintf("socket,id=data,udp=127.0.0.1:%d,localaddr=127.0.0.1:%d", boxPort, rackPort),
 		"-device", "virtio-net-pci,netdev=data,mac=52:54:00:cc:00:02",
 		"-kernel", filepath.Join(e.img, "vmlinux"), "-initrd", rackInitrd,
 		"-append", fmt.Sprintf("console=ttyS0 panic=-1 quiet rack.addr=%s/24 rack.box=%s:%s rack.export=%s rack.token=%s",
-			rackDataAddr, boxDataAddr, exportPort, id, token))
-	q.Stdout = io.MultiWriter(&console, rackLog)
-	q.Stderr = q.Stdout
-	qerr := q.Run()
-	out := console.String()
+			rackDataAddr, boxDataAddr, exportPort, id, token)}, rackLog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if !rack.Exited() {
+			rack.Kill()
+		}
+	})
+	fail := func(format string, args ...any) {
+		t.Helper()
+		t.Fatalf(format+"\nrack console:\n%s\nbox console:\n%s", append(args, tail(rack.Console(), 6000), tail(vm.Console(), 4000))...)
+	}
+	// The rack's checks, then the revocation while it READs.
+	done := regexp.MustCompile(regexp.QuoteMeta(rackResultPrefix) + `[^\n]*\n`)
+	cue := regexp.MustCompile(regexp.QuoteMeta(rackRevokeCue) + "|" + done.String())
+	m, _, err = rack.WaitConsole(ctx, cue, 0)
+	if err != nil {
+		fail("%v", err)
+	}
+	if strings.HasPrefix(m[0], rackRevokeCue) {
+		revoke := time.Now()
+		c.must(http.MethodDelete, "/redfish/v1/Fabrics/RDMA/Connections/"+id, nil, http.StatusOK, http.StatusNoContent)
+		t.Logf("export %s revoked over Redfish in %v", id, time.Since(revoke).Round(time.Millisecond))
+	}
+	if _, _, err := rack.WaitConsole(ctx, done, 0); err != nil {
+		fail("%v", err)
+	}
+	out := rack.Console()
 	sc := bufio.NewScanner(strings.NewReader(out))
 	for sc.Scan() {
 		if line := strings.TrimSpace(sc.Text()); strings.HasPrefix(line, "rack:") {
@@ -126,12 +154,9 @@ func TestRDMA(t *testing.T) {
 		}
 	}
 	i := strings.LastIndex(out, rackResultPrefix)
-	if i < 0 {
-		t.Fatalf("no result from the rack (qemu: %v); rack console:\n%s\nbox console:\n%s", qerr, tail(out, 6000), tail(vm.Console(), 4000))
-	}
 	verdict, _, _ := strings.Cut(out[i+len(rackResultPrefix):], "\n")
 	if verdict = strings.TrimSpace(verdict); verdict != "ok" {
-		t.Fatalf("rack: %s\nrack console:\n%s\nbox console:\n%s", verdict, tail(out, 6000), tail(vm.Console(), 4000))
+		fail("rack: %s", verdict)
 	}
 	t.Logf("rack guest ran %v; TestRDMA %v in all (box boot and build included)", time.Since(rackStart).Round(time.Second), time.Since(start).Round(time.Second))
 }

@@ -166,6 +166,7 @@ import (
 // device is an open RDMA device, its protection domain and the address
 // of the chosen port.
 type device struct {
+	name     string // the kernel's ("rxe0")
 	ctx      *C.struct_ibv_context
 	pd       *C.struct_ibv_pd
 	port     C.uint8_t
@@ -224,7 +225,7 @@ func openDevice(cfg Config) (*device, error) {
 	if pick < 0 {
 		return nil, fmt.Errorf("verbs: device %q: %w", cfg.Device, ErrNoDevice)
 	}
-	d := &device{port: C.uint8_t(cfg.Port), depth: C.int(cfg.Depth)}
+	d := &device{name: C.GoString(C.cxl_dev_name(list, pick)), port: C.uint8_t(cfg.Port), depth: C.int(cfg.Depth)}
 	d.ctx, err = C.cxl_open(list, pick)
 	if d.ctx == nil {
 		return nil, errnoErr("open device", 0, err)
@@ -384,6 +385,10 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	return &Server{dev: d, log: cfg.Logger, regs: map[*rdma.Handle]*registration{}}, nil
 }
+
+// Device is the name of the device the server opened ("rxe0"): the one
+// Config.Device named, or the first.
+func (s *Server) Device() string { return s.dev.name }
 
 // Request answers OpConnect: it registers the export (once), connects a
 // queue pair to the client's and returns the server's endpoint and the

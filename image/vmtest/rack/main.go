@@ -12,7 +12,9 @@
 //     compare-and-swap and fetch-and-add;
 //   - the same bytes read over the TCP export (one memory, two paths);
 //   - a wrong token refused (rdma.ErrDenied) over verbs and over TCP;
-//   - 64 B READ latency, verbs against TCP, as "figure:" lines.
+//   - 64 B READ latency, verbs against TCP, as "figure:" lines;
+//   - then, while it READs over verbs, the test revokes the export: a
+//     READ is refused (rdma.ErrRevoked), and so is TCP.
 //
 // It prints a last line "CXLPOOL-RACK-RESULT ok" (or the error) and
 // powers off. Built with the verbs and verbs_static tags (image/build's
@@ -218,8 +220,34 @@ func exercise(ctx context.Context, ccfg client.Config, vcfg verbs.Config) error 
 		}
 		fmt.Printf("rack: figure: 64 B READ p50 over %s %v (200 READs)\n", p.name, p50)
 	}
+
+	// The test revokes the export now (Redfish DELETE): READs over verbs
+	// go on until one is refused, and TCP is refused after it.
+	fmt.Println(RevokeCue)
+	b := make([]byte, 64)
+	t0 := time.Now()
+	for n := 0; ; n++ {
+		err := conn.Read(ctx, b, 0)
+		if err == nil {
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		if !errors.Is(err, rdma.ErrRevoked) {
+			return fmt.Errorf("verbs READ after %d while the export is revoked: %w, want %v", n, err, rdma.ErrRevoked)
+		}
+		fmt.Printf("rack: verbs READ refused after %d more READs (%v): %v\n", n, time.Since(t0).Round(time.Millisecond), err)
+		break
+	}
+	if err := tc.Read(ctx, b, 0); err == nil {
+		return errors.New("TCP READ of the revoked export: no error")
+	} else {
+		fmt.Printf("rack: TCP READ of the revoked export refused: %v\n", err)
+	}
 	return nil
 }
+
+// RevokeCue is the line after which the test revokes the export.
+const RevokeCue = "rack: READing until the export is revoked"
 
 func readP50(ctx context.Context, c verbs.Conn, n int) (time.Duration, error) {
 	b := make([]byte, 64)
