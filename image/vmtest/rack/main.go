@@ -12,7 +12,8 @@
 //     compare-and-swap and fetch-and-add;
 //   - the same bytes read over the TCP export (one memory, two paths);
 //   - a wrong token refused (rdma.ErrDenied) over verbs and over TCP;
-//   - 64 B READ latency, verbs against TCP, as "figure:" lines;
+//   - 64 B READ latency and 1 MiB READ throughput, verbs against TCP, as
+//     "figure:" lines;
 //   - then, while it READs over verbs, the test revokes the export: a
 //     READ is refused (rdma.ErrRevoked), and so is TCP.
 //
@@ -213,7 +214,11 @@ func exercise(ctx context.Context, ccfg client.Config, vcfg verbs.Config) error 
 		if err != nil {
 			return fmt.Errorf("%s 64 B READs: %w", p.name, err)
 		}
-		fmt.Printf("rack: figure: 64 B READ p50 over %s %v (200 READs)\n", p.name, p50)
+		mbps, err := readMBps(ctx, p.c, 8, len(big))
+		if err != nil {
+			return fmt.Errorf("%s 1 MiB READs: %w", p.name, err)
+		}
+		fmt.Printf("rack: figure: 64 B READ p50 over %s %v (200 READs); 1 MiB READ %.1f MB/s (8 READs)\n", p.name, p50, mbps)
 	}
 
 	// The test revokes the export now (Redfish DELETE): READs over verbs
@@ -243,6 +248,18 @@ func exercise(ctx context.Context, ccfg client.Config, vcfg verbs.Config) error 
 
 // RevokeCue is the line after which the test revokes the export.
 const RevokeCue = "rack: READing until the export is revoked"
+
+// readMBps is the throughput of n READs of size bytes, one after the other.
+func readMBps(ctx context.Context, c verbs.Conn, n, size int) (float64, error) {
+	b := make([]byte, size)
+	t0 := time.Now()
+	for i := range n {
+		if err := c.Read(ctx, b, uint64(i%4)*uint64(size)); err != nil {
+			return 0, err
+		}
+	}
+	return float64(n*size) / time.Since(t0).Seconds() / 1e6, nil
+}
 
 func readP50(ctx context.Context, c verbs.Conn, n int) (time.Duration, error) {
 	b := make([]byte, 64)
