@@ -747,9 +747,12 @@ func (m *Manager) runAddDevice(ctx context.Context, g Grant, c Chunk, others, re
 			}
 		}
 		err := m.sendAdd(ctx, g, c, shared)
-		if !shared && errors.Is(err, cci.InvalidInput) {
+		if !shared && (errors.Is(err, cci.InvalidInput) || errors.Is(err, cci.InvalidExtentList)) {
 			// A later grant of the same chunk may have won the lock and
-			// placed the capacity first: share it instead.
+			// placed the capacity first: share it instead. The device
+			// refuses the tag again as Invalid Input (a free-policy add)
+			// and the ledger's placement, already allocated, as Invalid
+			// Extent List (a prescriptive one).
 			if now, serr := m.sharedWith(ctx, g); serr == nil && now {
 				err = m.sendAdd(ctx, g, c, true)
 			}

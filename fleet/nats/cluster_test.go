@@ -3,6 +3,7 @@ package nats_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -132,6 +133,14 @@ func credsFile(t testing.TB, user, pass string) string {
 		t.Fatal(err)
 	}
 	return p
+}
+
+// verboseLogger shows a plane's warnings with go test -v, else nothing.
+func verboseLogger() *slog.Logger {
+	if testing.Verbose() {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	}
+	return slog.New(slog.DiscardHandler)
 }
 
 // connect polls Connect until the cluster has elected its JetStream meta

@@ -339,41 +339,195 @@ type Event struct {
 
 // Subscribe delivers the stream's events matching filter (a subject with
 // wildcards; empty: all) from sequence from (0: only new ones) to fn, in
-// order, until stop is called. The consumer is ordered and ephemeral: if
-// the server it reads from goes away it is recreated on another from the
-// sequence after the last one delivered, so nothing is skipped or
+// order, once each, until stop is called or ctx ends.
+//
+// The consumer is ephemeral (R1, in memory, no acks) and supervised here
+// rather than by the client library's ordered consumer: when the server
+// holding it dies, the library's recovery sometimes never resumed (a
+// three-node test lost the subscriber for good in about one run in
+// three). Here any sign of trouble — a missed heartbeat (1 s apart), a
+// gap in the consumer's sequence, an error from the server — drops the
+// consumer and creates a new one from the sequence after the last one
+// delivered, retrying with a bounded backoff, so nothing is skipped or
 // repeated.
 func (p *Plane) Subscribe(ctx context.Context, from uint64, filter string, fn func(Event)) (stop func(), err error) {
-	cc := jetstream.OrderedConsumerConfig{}
-	if filter != "" {
-		cc.FilterSubjects = []string{filter}
+	next := from
+	if next == 0 {
+		// Only new events: those after the stream's last one now.
+		info, err := p.streamInfo(ctx)
+		if err != nil {
+			return nil, err
+		}
+		next = info.State.LastSeq + 1
 	}
-	if from > 0 {
-		cc.DeliverPolicy, cc.OptStartSeq = jetstream.DeliverByStartSequencePolicy, from
-	} else {
-		cc.DeliverPolicy = jetstream.DeliverNewPolicy
+	s := &subscription{p: p, filter: filter, next: next, fn: fn}
+	it, err := s.open(ctx)
+	if err != nil {
+		return nil, err
 	}
-	c, err := p.js.OrderedConsumer(ctx, Stream, cc)
+	sctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		s.run(sctx, it)
+	}()
+	go func() {
+		select {
+		case <-ctx.Done():
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	var once sync.Once
+	return func() { once.Do(func() { cancel(); <-done }) }, nil
+}
+
+func (p *Plane) streamInfo(ctx context.Context) (*jetstream.StreamInfo, error) {
+	st, err := p.js.Stream(ctx, Stream)
+	if err != nil {
+		return nil, fmt.Errorf("fleet/nats: stream: %w", err)
+	}
+	info, err := st.Info(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("fleet/nats: stream: %w", err)
+	}
+	return info, nil
+}
+
+// subscription is Subscribe's consumer and where it stands.
+type subscription struct {
+	p      *Plane
+	filter string
+	fn     func(Event)
+
+	next     uint64 // stream sequence of the next event to deliver
+	consumer string // the current consumer's name
+	cseq     uint64 // its last delivered consumer sequence
+}
+
+// Bounds of Subscribe's recovery.
+const (
+	subHeartbeat  = time.Second
+	subExpiry     = 10 * time.Second
+	subCreateWait = 5 * time.Second
+	subBackoffMax = 5 * time.Second
+)
+
+// open creates a consumer starting at s.next and its message iterator.
+func (s *subscription) open(ctx context.Context) (jetstream.MessagesContext, error) {
+	cc := jetstream.ConsumerConfig{
+		DeliverPolicy:     jetstream.DeliverByStartSequencePolicy,
+		OptStartSeq:       s.next,
+		AckPolicy:         jetstream.AckNonePolicy,
+		Replicas:          1,
+		MemoryStorage:     true,
+		InactiveThreshold: time.Minute,
+	}
+	if s.filter != "" {
+		// FilterSubject, not FilterSubjects: servers before 2.10 (Debian's
+		// among them) refuse the list form even with one subject.
+		cc.FilterSubject = s.filter
+	}
+	cctx, cancel := context.WithTimeout(ctx, subCreateWait)
+	defer cancel()
+	c, err := s.p.js.CreateConsumer(cctx, Stream, cc)
 	if err != nil {
 		return nil, fmt.Errorf("fleet/nats: consumer: %w", err)
 	}
-	cons, err := c.Consume(func(m jetstream.Msg) {
-		md, err := m.Metadata()
-		if err != nil {
-			return
-		}
-		var e fleet.Envelope
-		if err := json.Unmarshal(m.Data(), &e); err != nil {
-			p.log.Warn("fleet: an event does not decode", "seq", md.Sequence.Stream, "err", err)
-			return
-		}
-		fn(Event{Seq: md.Sequence.Stream, Envelope: e})
-	})
+	it, err := c.Messages(jetstream.PullHeartbeat(subHeartbeat), jetstream.PullExpiry(subExpiry),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
+		s.drop(c.CachedInfo().Name)
 		return nil, fmt.Errorf("fleet/nats: consume: %w", err)
 	}
-	var once sync.Once
-	return func() { once.Do(cons.Stop) }, nil
+	s.consumer, s.cseq = c.CachedInfo().Name, 0
+	return it, nil
+}
+
+// drop deletes a consumer in the background (best effort: an unreachable
+// one expires after its inactive threshold).
+func (s *subscription) drop(name string) {
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), subCreateWait)
+		defer cancel()
+		_ = s.p.js.DeleteConsumer(ctx, Stream, name)
+	}()
+}
+
+// run delivers from it until ctx ends, replacing the consumer whenever
+// it fails.
+func (s *subscription) run(ctx context.Context, it jetstream.MessagesContext) {
+	stopIt := func(it jetstream.MessagesContext) {
+		it.Stop()
+		s.drop(s.consumer)
+	}
+	watch := func(it jetstream.MessagesContext) (unwatch func()) {
+		stopped := make(chan struct{})
+		go func() {
+			select {
+			case <-ctx.Done():
+				it.Stop() // Next returns
+			case <-stopped:
+			}
+		}()
+		return func() { close(stopped) }
+	}
+	backoff := 100 * time.Millisecond
+	for {
+		unwatch := watch(it)
+		err := s.deliver(it)
+		unwatch()
+		stopIt(it)
+		if ctx.Err() != nil {
+			return
+		}
+		s.p.log.Warn("fleet: event subscription lost its consumer; recreating it", "next", s.next, "err", err)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, subBackoffMax)
+			var oerr error
+			if it, oerr = s.open(ctx); oerr == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			s.p.log.Warn("fleet: event subscription: a consumer could not be created", "next", s.next, "err", oerr)
+		}
+		backoff = 100 * time.Millisecond
+	}
+}
+
+// deliver hands the messages of it to fn until an error, which it returns.
+func (s *subscription) deliver(it jetstream.MessagesContext) error {
+	for {
+		m, err := it.Next()
+		if err != nil {
+			return err
+		}
+		md, err := m.Metadata()
+		if err != nil {
+			return err
+		}
+		if md.Sequence.Consumer != s.cseq+1 {
+			return fmt.Errorf("consumer sequence went from %d to %d", s.cseq, md.Sequence.Consumer)
+		}
+		s.cseq = md.Sequence.Consumer
+		if md.Sequence.Stream < s.next {
+			continue // delivered already
+		}
+		s.next = md.Sequence.Stream + 1
+		var e fleet.Envelope
+		if err := json.Unmarshal(m.Data(), &e); err != nil {
+			s.p.log.Warn("fleet: an event does not decode", "seq", md.Sequence.Stream, "err", err)
+			continue
+		}
+		s.fn(Event{Seq: md.Sequence.Stream, Envelope: e})
+	}
 }
 
 // KVEvents publishes the KV store's block events of one box (the

@@ -318,7 +318,10 @@ func TestPartitionHeals(t *testing.T) {
 	if q, _ := apps[2].Fleet.Service.Backlog(); q == 0 {
 		t.Errorf("box 3's queue is empty while its node is cut off: the partition did not take")
 	}
-	t.Logf("partitioned for %v; route connections cut or refused: %d", time.Since(cutAt).Round(time.Millisecond), part.drops)
+	part.mu.Lock()
+	drops := part.drops
+	part.mu.Unlock()
+	t.Logf("partitioned for %v; route connections cut or refused: %d", time.Since(cutAt).Round(time.Millisecond), drops)
 	part.heal()
 	healAt := time.Now()
 	for range 5 {

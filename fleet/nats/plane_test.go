@@ -175,7 +175,7 @@ func TestClusterKilledNodeLosesNoAckedEvent(t *testing.T) {
 	c := startCluster(t)
 	creds := credsFile(t, testUser, testPassword)
 	pub := connect(t, fleetnats.Config{URLs: c.urls(0, 1, 2), CredsFile: creds, Replicas: 3, Name: "pub"})
-	sub := connect(t, fleetnats.Config{URLs: c.urls(0, 1, 2), CredsFile: creds, Replicas: 3, Name: "sub"})
+	sub := connect(t, fleetnats.Config{URLs: c.urls(0, 1, 2), CredsFile: creds, Replicas: 3, Name: "sub", Logger: verboseLogger()})
 	// Both start on node 0: the first URL is tried first... unless the
 	// client randomises; find the node they are on and kill that one.
 	on := pub.Conn().ConnectedUrl()
@@ -220,6 +220,7 @@ func TestClusterKilledNodeLosesNoAckedEvent(t *testing.T) {
 			time.Sleep(50 * time.Millisecond) // retry interval
 		}
 	}
+	t.Logf("all %d events acknowledged", total)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		mu.Lock()

@@ -38,6 +38,13 @@ const sleep = (ms, signal) =>
   });
 export { sleep };
 
+// Every call made for a session carries the session's signal: signing out
+// (or the session ending) aborts the calls still in flight, so that none
+// is answered 401 by the session just deleted; the browser logs such an
+// answer as a failed load, an aborted call it does not.
+let session = new AbortController();
+const sessionSignal = (signal) => (signal ? AbortSignal.any([signal, session.signal]) : session.signal);
+
 // request sends one call. opts: token (the session's unless given), accept (extra statuses that are not
 // errors), ifMatch, signal, anonymous.
 export async function request(method, path, body, opts = {}) {
@@ -45,13 +52,18 @@ export async function request(method, path, body, opts = {}) {
   // make the browser pop up its own login dialog.
   const headers = { Accept: 'application/json', 'X-Requested-With': 'XMLHttpRequest' };
   const tok = opts.token || token();
+  if (!tok && !opts.anonymous) {
+    // Signed out: a call would only be refused (a page refreshing as the
+    // console signs out).
+    throw new ApiError(401, null, 'Not signed in.');
+  }
   if (tok && !opts.anonymous) headers['X-Auth-Token'] = tok;
   if (body !== undefined) headers['Content-Type'] = 'application/json';
   if (opts.ifMatch) headers['If-Match'] = opts.ifMatch;
   let res;
   try {
     res = await fetch(path, {
-      method, headers, cache: 'no-store', signal: opts.signal,
+      method, headers, cache: 'no-store', signal: sessionSignal(opts.signal),
       body: body === undefined ? undefined : JSON.stringify(body),
     });
   } catch (e) {
@@ -116,6 +128,8 @@ export async function logout() {
 }
 
 export function forget() {
+  session.abort();
+  session = new AbortController();
   sessionStorage.removeItem(TOKEN_KEY);
   sessionStorage.removeItem(SESSION_KEY);
 }
