@@ -42,6 +42,6 @@ func (a *Appliance) exportVerbs() (map[wire.Opcode]tcp.Extension, func() error, 
 		}
 		return nil, nil, fmt.Errorf("appliance: --export-rdma %s: %w", want, err)
 	}
-	a.cfg.Logger.Info("exports over RDMA verbs too", "device", cfg.Device)
+	a.cfg.Logger.Info("exports over RDMA verbs too", "device", vs.Device())
 	return map[wire.Opcode]tcp.Extension{wire.OpConnect: vs}, vs.Close, nil
 }

@@ -55,6 +55,11 @@ func DefaultModules() []string {
 		"e1000e",
 		"cxl_acpi", "cxl_pci", "cxl_mem", "cxl_pmem",
 		"xhci_pci", "usbserial", "ftdi_sio",
+		// Soft-RoCE for exports over RDMA verbs (rdma.rxe): rdma_rxe
+		// brings ib_core, ib_uverbs and the UDP tunnels; it asks the
+		// crypto API for "crc32" (its ICRC) when a device is made, which
+		// modules.dep does not say.
+		"crc32_generic", "rdma_rxe",
 	}
 }
 
@@ -94,7 +99,10 @@ type Config struct {
 	InstallPackages bool
 	Modules         []string
 	Commands        []string
-	Layout          disk.Layout
+	// VerbsProviders are the rdma-core providers linked into the daemon
+	// (DefaultVerbsProviders: rxe); see VerbsLinkEnv.
+	VerbsProviders []string
+	Layout         disk.Layout
 	// DataConfig is the content of cxlpool.conf on the data partition
 	// (empty: a commented template).
 	DataConfig string
@@ -134,6 +142,9 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Commands == nil {
 		cfg.Commands = DefaultCommands()
+	}
+	if cfg.VerbsProviders == nil {
+		cfg.VerbsProviders = DefaultVerbsProviders()
 	}
 	if cfg.Layout == (disk.Layout{}) {
 		cfg.Layout = disk.DefaultLayout()
@@ -213,13 +224,21 @@ func Build(ctx context.Context, cfg Config) (*Result, error) {
 	// stage cost ~2 MB gzipped of runtime and packages both link. netgo
 	// and osusergo keep the resolver and user lookups in Go, so no NSS
 	// modules are needed.
+	// The verbs and verbs_static tags serve exports over RDMA verbs
+	// (--export-rdma), with libibverbs, its providers and libnl linked
+	// from their static archives (VerbsLinkEnv): nothing of rdma-core
+	// goes into the initramfs beside the daemon.
 	bins := filepath.Join(work, "bin")
 	ldflags := "-s -w -X main.version=" + cfg.Version
-	if err := run(ctx, cfg, cfg.Repo, []string{"CGO_ENABLED=1"}, "go", "build", "-trimpath", "-tags", "netgo,osusergo,usb,boxinit",
+	verbsEnv, err := VerbsLinkEnv(LibDir, cfg.VerbsProviders)
+	if err != nil {
+		return nil, err
+	}
+	if err := run(ctx, cfg, cfg.Repo, append([]string{"CGO_ENABLED=1"}, verbsEnv...), "go", "build", "-trimpath", "-tags", "netgo,osusergo,usb,boxinit,verbs,verbs_static",
 		"-ldflags", ldflags, "-o", filepath.Join(bins, "cxlpoold"), "./cmd/cxlpoold"); err != nil {
 		return nil, err
 	}
-	log.Info("built cxlpoold (cgo, the usb tag for USB links, the boxinit tag for the init stage)")
+	log.Info("built cxlpoold (cgo, the usb tag for USB links, the boxinit tag for the init stage, verbs linked statically)", "providers", cfg.VerbsProviders)
 
 	// u-root: busybox of core commands, init, our files.
 	uroot := filepath.Join(work, "u-root")
@@ -365,7 +384,8 @@ func run(ctx context.Context, cfg Config, dir string, env []string, name string,
 }
 
 // ensureTools checks for xz, zstd and mke2fs, and for what the daemon's cgo
-// build needs (a C compiler, pkg-config, libusb-1.0's headers),
+// build needs (a C compiler, pkg-config, libusb-1.0's headers,
+// libibverbs' static archives),
 // installing them when allowed.
 func ensureTools(ctx context.Context, cfg Config) error {
 	var missing []string
@@ -383,6 +403,9 @@ func ensureTools(ctx context.Context, cfg Config) error {
 	}
 	if exec.CommandContext(ctx, "pkg-config", "--exists", "libusb-1.0").Run() != nil {
 		missing = append(missing, "libusb-1.0-0-dev")
+	}
+	if _, err := os.Stat(filepath.Join(LibDir, "libibverbs.a")); err != nil {
+		missing = append(missing, "libibverbs-dev") // with libnl-3-dev, libnl-route-3-dev
 	}
 	if len(missing) == 0 {
 		return nil

@@ -160,8 +160,10 @@ func (in *Init) Main(ctx context.Context) error {
 	// (net.* in the data partition's cxlpool.conf): it is configured
 	// once that is read.
 	netCfg := make(chan Config, 1)
+	netLoaded := make(chan struct{})
 	go func() {
 		in.loadModules(ModulesList, "network", stage(StageNet))
+		close(netLoaded)
 		var c Config
 		select {
 		case c = <-netCfg:
@@ -182,6 +184,24 @@ func (in *Init) Main(ctx context.Context) error {
 		in.printf("configuration: %v", err)
 	}
 	netCfg <- cfg
+	// The RDMA device, when there is to be one, before the daemon's
+	// start: its export server opens the device then.
+	rdmaDone := make(chan struct{})
+	if cfg.WantsRDMA() {
+		go func() {
+			defer close(rdmaDone)
+			select {
+			case <-netLoaded:
+			case <-ctx.Done():
+				return
+			}
+			if err := in.setupRDMA(ctx, cfg); err != nil {
+				in.printf("rdma: %v (exports over TCP only)", err)
+			}
+		}()
+	} else {
+		close(rdmaDone)
+	}
 	if strings.HasPrefix(cfg.Device, "virtio:") {
 		if err := waitVirtioPort(ctx, strings.TrimPrefix(cfg.Device, "virtio:"), 10*time.Second); err != nil {
 			in.printf("device link: %v", err)
@@ -199,6 +219,7 @@ func (in *Init) Main(ctx context.Context) error {
 		// passwords) would wait for it.
 		in.printf("random pool not initialised yet: the daemon waits for it (no hardware RNG?)")
 	}
+	<-rdmaDone
 	if early != nil && !early.Runs(cfg) {
 		in.printf("the data partition's settings change the daemon's: starting it again")
 		early.Withdraw()
@@ -240,11 +261,13 @@ func (in *Init) shell(ctx context.Context) {
 // (loaded while the daemon starts: it binds the wildcard address), and
 // the rest (CXL memory devices, USB serial, accelerated crc32c), loaded
 // once the daemon answers so that under emulation their probing does not
-// compete with its start.
+// compete with its start; soft-RoCE's only when the box serves exports
+// over it (rdma.go).
 const (
 	StageEarly = iota
 	StageNet
 	StageLate
+	StageRDMA
 )
 
 // ModuleStage returns the stage a module loads in.
@@ -255,6 +278,9 @@ func ModuleStage(name string) int {
 		return StageEarly
 	case "failover", "net_failover", "virtio_net", "e1000e":
 		return StageNet
+	}
+	if slices.Contains(rxeModules, name) {
+		return StageRDMA // only when configured (rdma.go)
 	}
 	return StageLate
 }

@@ -59,6 +59,11 @@ const DataConfigTemplate = `# cxlpool settings for this box; they override /etc/
 # ntp.enabled = true
 # ntp.servers = 192.168.1.1 pool.ntp.org
 # admin-password = (first start only; otherwise one is generated and shown on the console)
+# export.listen = 0.0.0.0:7000  (serve exports to remote racks: TCP, and RDMA verbs when there is a device)
+# export.rdma = auto           (auto, off, or a device name: rxe0, mlx5_0)
+# rdma.rxe = eth1              (make a soft-RoCE device, rxe0, on this NIC; not with a real RDMA NIC)
+# rdma.address = 10.0.0.1/24   (static address of the rdma.rxe NIC when it is not net.iface)
+# rdma.modules = mlx5_ib       (kernel modules of a real RDMA NIC, loaded before the daemon starts)
 `
 
 // Config is the init's settings.
@@ -87,6 +92,13 @@ type Config struct {
 	HostName   string   // net.hostname; empty: the kernel's default
 	NTPEnabled bool     // ntp.enabled
 	NTPServers []string // ntp.servers, space-separated
+	// Exports to remote racks (the daemon's --export-listen and
+	// --export-rdma) and the RDMA device they are served over.
+	ExportListen string   // export.listen; empty: no export server
+	ExportRDMA   string   // export.rdma; empty: the daemon's default (auto)
+	RDMARxe      string   // rdma.rxe: the NIC to put soft-RoCE (rxe0) on; empty: none
+	RDMAAddress  string   // rdma.address: the rdma.rxe NIC's static IPv4 CIDR (when it is not net.iface)
+	RDMAModules  []string // rdma.modules: a real RDMA NIC's kernel modules, loaded before the daemon's start
 }
 
 // Apply sets key to value.
@@ -144,6 +156,19 @@ func (c *Config) Apply(key, value string) error {
 		c.NTPEnabled, err = strconv.ParseBool(value)
 	case "ntp.servers":
 		c.NTPServers = strings.Fields(value)
+	case "export.listen":
+		c.ExportListen = value
+	case "export.rdma":
+		c.ExportRDMA = value
+	case "rdma.rxe":
+		c.RDMARxe = value
+	case "rdma.address":
+		if _, perr := netip.ParsePrefix(value); perr != nil && value != "" {
+			err = fmt.Errorf("%q is not an address with its prefix length (10.0.0.1/24)", value)
+		}
+		c.RDMAAddress = value
+	case "rdma.modules":
+		c.RDMAModules = strings.FieldsFunc(value, func(r rune) bool { return r == ',' || r == ' ' })
 	default:
 		return fmt.Errorf("guest: unknown setting %q", key)
 	}
@@ -212,6 +237,12 @@ func (c *Config) DaemonArgs() []string {
 	}
 	if c.HTTP {
 		args = append(args, "--http")
+	}
+	if c.ExportListen != "" {
+		args = append(args, "--export-listen", c.ExportListen)
+		if c.ExportRDMA != "" {
+			args = append(args, "--export-rdma", c.ExportRDMA)
+		}
 	}
 	return append(args, c.Extra...)
 }

@@ -33,6 +33,44 @@ func TestConfigLayers(t *testing.T) {
 	}
 }
 
+// TestConfigExports: the export and RDMA settings reach the daemon's
+// flags (--export-rdma only with an export server) and the init's.
+func TestConfigExports(t *testing.T) {
+	for _, tt := range []struct {
+		name, file, cmdline string
+		wantArgs            []string
+		wantRxe, wantAddr   string
+		wantModules         []string
+	}{
+		{name: "none", wantArgs: nil},
+		{name: "soft-RoCE from the command line", cmdline: "cxlpool.export.listen=0.0.0.0:7000 cxlpool.rdma.rxe=eth1 cxlpool.rdma.address=10.0.0.1/24",
+			wantArgs: []string{"--export-listen", "0.0.0.0:7000"}, wantRxe: "eth1", wantAddr: "10.0.0.1/24"},
+		{name: "a real NIC's driver, device named", file: "export.listen = :7000\nexport.rdma = mlx5_0\nrdma.modules = mlx5_ib, ib_umad\n",
+			wantArgs: []string{"--export-listen", ":7000", "--export-rdma", "mlx5_0"}, wantModules: []string{"mlx5_ib", "ib_umad"}},
+		{name: "rdma without exports", file: "export.rdma = off\n", wantArgs: nil},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			var c Config
+			if err := c.ParseFile("f", strings.NewReader(tt.file)); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.ParseCmdline(tt.cmdline); err != nil {
+				t.Fatal(err)
+			}
+			base := []string{"--device", "", "--data", "", "--listen", ""}
+			if diff := cmp.Diff(append(base, tt.wantArgs...), c.DaemonArgs()); diff != "" {
+				t.Errorf("daemon args (-want +got):\n%s", diff)
+			}
+			if c.RDMARxe != tt.wantRxe || c.RDMAAddress != tt.wantAddr {
+				t.Errorf("rdma.rxe %q rdma.address %q, want %q %q", c.RDMARxe, c.RDMAAddress, tt.wantRxe, tt.wantAddr)
+			}
+			if diff := cmp.Diff(tt.wantModules, c.RDMAModules); diff != "" {
+				t.Errorf("rdma.modules (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	for _, tt := range []struct{ name, file, cmdline string }{
 		{"unknown key", "colour = blue\n", ""},
@@ -41,6 +79,7 @@ func TestConfigErrors(t *testing.T) {
 		{"bad duration", "health.timeout = soon\n", ""},
 		{"name server by name", "net.dns = 10.0.0.1 dns.example\n", ""},
 		{"unknown cmdline key", "", "cxlpool.nope=1"},
+		{"rdma address without prefix", "rdma.address = 10.0.0.1\n", ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			var c Config

@@ -61,6 +61,8 @@ type Options struct {
 	// and the variable store writable only from SMM (OVMF's secboot
 	// builds require both).
 	SecureBoot bool
+	// Extra are more QEMU arguments (TestRDMA's data link: a second NIC).
+	Extra []string
 }
 
 // VM is a running QEMU.
@@ -122,6 +124,7 @@ func Args(opt Options) []string {
 	if opt.RTCBase != "" {
 		args = append(args, "-rtc", "base="+opt.RTCBase)
 	}
+	args = append(args, opt.Extra...)
 	if opt.UpdateSocket != "" {
 		args = append(args, "-chardev", "socket,id=upd,path="+opt.UpdateSocket+",server=on,wait=off",
 			"-device", "virtserialport,chardev=upd,name=cxlpool.update")
@@ -156,8 +159,14 @@ func Start(opt Options) (*VM, error) {
 			return nil, err
 		}
 	}
-	v := &VM{changed: make(chan struct{}), exited: make(chan struct{}), log: opt.Log}
-	v.cmd = exec.Command("qemu-system-x86_64", Args(opt)...)
+	return StartArgs(Args(opt), opt.Log)
+}
+
+// StartArgs boots QEMU with args as they are (TestRDMA's second guest);
+// log is as Options.Log.
+func StartArgs(args []string, log io.Writer) (*VM, error) {
+	v := &VM{changed: make(chan struct{}), exited: make(chan struct{}), log: log}
+	v.cmd = exec.Command("qemu-system-x86_64", args...)
 	v.cmd.Stdout = (*consoleWriter)(v)
 	v.cmd.Stderr = (*consoleWriter)(v)
 	v.Started = time.Now()

@@ -9,6 +9,20 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// MountPseudo mounts, in a guest whose init is a test program, what
+// it needs: /proc, /sys, /dev (devtmpfs) and a tmpfs /tmp.
+func MountPseudo() error {
+	for _, m := range []struct{ src, dir, fs string }{
+		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"}, {"tmpfs", "/tmp", "tmpfs"},
+	} {
+		_ = os.MkdirAll(m.dir, 0o755)
+		if err := unix.Mount(m.src, m.dir, m.fs, 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
+			return fmt.Errorf("mount %s: %w", m.dir, err)
+		}
+	}
+	return nil
+}
+
 // LoadModules loads, in the guest, each module file the file order names
 // (one path a line, dependencies first); one already loaded is fine.
 func LoadModules(order string) error {

@@ -113,6 +113,24 @@ func (c *CPIO) entry(name string, mode int, data []byte) {
 	_, c.err = c.w.Write(buf)
 }
 
+// SharedLibs lists the libraries ldd resolves for bin (the dynamic
+// loader included): what an initramfs must carry for it to run.
+func SharedLibs(bin string) ([]string, error) {
+	out, err := exec.Command("ldd", bin).Output()
+	if err != nil {
+		return nil, fmt.Errorf("ldd %s: %w", bin, err)
+	}
+	var libs []string
+	for line := range strings.Lines(string(out)) {
+		for _, f := range strings.Fields(line) {
+			if strings.HasPrefix(f, "/") {
+				libs = append(libs, f)
+			}
+		}
+	}
+	return libs, nil
+}
+
 // NewestKernel is the newest Debian kernel in /boot: its bzImage and
 // release ("6.1.0-57-amd64"), whose modules the guests load.
 func NewestKernel() (bz, release string, err error) {

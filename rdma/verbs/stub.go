@@ -26,6 +26,9 @@ func (*Server) Request(context.Context, *rdma.Handle, []byte) ([]byte, error) {
 // Registered is the number of exports registered with the device.
 func (*Server) Registered() int { return 0 }
 
+// Device is the name of the device the server opened.
+func (*Server) Device() string { return "" }
+
 // Close releases the device.
 func (*Server) Close() error { return nil }
 

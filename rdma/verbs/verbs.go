@@ -3,7 +3,6 @@
 package verbs
 
 /*
-#cgo LDFLAGS: -libverbs
 #include <infiniband/verbs.h>
 #include <errno.h>
 #include <stdint.h>
@@ -136,6 +135,11 @@ static int cxl_poll(struct ibv_cq *cq, int *status) {
 static uint32_t cxl_qpn(struct ibv_qp *qp) { return qp->qp_num; }
 static uint32_t cxl_rkey(struct ibv_mr *mr) { return mr->rkey; }
 static uint32_t cxl_lkey(struct ibv_mr *mr) { return mr->lkey; }
+// cxl_device_list is ibv_get_device_list through the header: linked
+// statically (link_static.go) the header makes it a macro that first
+// registers the providers named by RDMA_STATIC_PROVIDERS, which cgo
+// calling the function directly would skip.
+static struct ibv_device **cxl_device_list(int *n) { return ibv_get_device_list(n); }
 static const char *cxl_dev_name(struct ibv_device **list, int i) { return ibv_get_device_name(list[i]); }
 static struct ibv_context *cxl_open(struct ibv_device **list, int i) { return ibv_open_device(list[i]); }
 */
@@ -162,6 +166,7 @@ import (
 // device is an open RDMA device, its protection domain and the address
 // of the chosen port.
 type device struct {
+	name     string // the kernel's ("rxe0")
 	ctx      *C.struct_ibv_context
 	pd       *C.struct_ibv_pd
 	port     C.uint8_t
@@ -183,7 +188,7 @@ func errnoErr(what string, rc C.int, err error) error {
 // Devices lists the RDMA devices.
 func Devices() ([]string, error) {
 	var n C.int
-	list, err := C.ibv_get_device_list(&n)
+	list, err := C.cxl_device_list(&n)
 	if list == nil {
 		// No uverbs in the kernel (ENOSYS) is no device all the same.
 		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
@@ -204,7 +209,7 @@ func openDevice(cfg Config) (*device, error) {
 		cfg.Depth = 64
 	}
 	var n C.int
-	list, err := C.ibv_get_device_list(&n)
+	list, err := C.cxl_device_list(&n)
 	if list == nil {
 		// No uverbs in the kernel (ENOSYS) is no device all the same.
 		return nil, fmt.Errorf("verbs: device list: %w: %w", ErrNoDevice, err)
@@ -220,7 +225,7 @@ func openDevice(cfg Config) (*device, error) {
 	if pick < 0 {
 		return nil, fmt.Errorf("verbs: device %q: %w", cfg.Device, ErrNoDevice)
 	}
-	d := &device{port: C.uint8_t(cfg.Port), depth: C.int(cfg.Depth)}
+	d := &device{name: C.GoString(C.cxl_dev_name(list, pick)), port: C.uint8_t(cfg.Port), depth: C.int(cfg.Depth)}
 	d.ctx, err = C.cxl_open(list, pick)
 	if d.ctx == nil {
 		return nil, errnoErr("open device", 0, err)
@@ -380,6 +385,10 @@ func NewServer(cfg Config) (*Server, error) {
 	}
 	return &Server{dev: d, log: cfg.Logger, regs: map[*rdma.Handle]*registration{}}, nil
 }
+
+// Device is the name of the device the server opened ("rxe0"): the one
+// Config.Device named, or the first.
+func (s *Server) Device() string { return s.dev.name }
 
 // Request answers OpConnect: it registers the export (once), connects a
 // queue pair to the client's and returns the server's endpoint and the

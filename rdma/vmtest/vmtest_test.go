@@ -84,7 +84,7 @@ func TestVerbsVM(t *testing.T) {
 	files := map[string]string{"init": initBin, "verbs.test": testBin, "appliance.test": appBin,
 		strings.TrimPrefix(provider, "/"): provider, strings.TrimPrefix(driverFile, "/"): driverFile}
 	for _, bin := range []string{testBin, appBin, provider} {
-		libs, err := sharedLibs(bin)
+		libs, err := vmkit.SharedLibs(bin)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -164,24 +164,6 @@ func goBuild(t *testing.T, env []string, args ...string) {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %v: %v\n%s", args, err, out)
 	}
-}
-
-// sharedLibs lists the libraries ldd resolves for bin (the dynamic loader
-// included).
-func sharedLibs(bin string) ([]string, error) {
-	out, err := exec.Command("ldd", bin).Output()
-	if err != nil {
-		return nil, fmt.Errorf("ldd %s: %w", bin, err)
-	}
-	var libs []string
-	for line := range strings.Lines(string(out)) {
-		for _, f := range strings.Fields(line) {
-			if strings.HasPrefix(f, "/") {
-				libs = append(libs, f)
-			}
-		}
-	}
-	return libs, nil
 }
 
 // moduleOrder returns want and their dependencies (modules.dep paths),

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 
 	"cxlpool/image/build"
@@ -43,6 +44,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dataCfg := fs.String("data-config", "", "file to install as cxlpool.conf on the data partition")
 	sbKey := fs.String("sb-key", os.Getenv("IMAGE_SB_KEY"), "PEM key (unencrypted) that signs the ESP's loader.efi for UEFI Secure Boot, a db key of the boards (default: the development key, OVMF's snakeoil test key)")
 	sbCert := fs.String("sb-cert", os.Getenv("IMAGE_SB_CERT"), "PEM certificate of -sb-key")
+	providers := fs.String("verbs-providers", strings.Join(build.DefaultVerbsProviders(), ","), "rdma-core providers linked into the daemon, comma-separated (rxe for soft-RoCE; add the board's RDMA NIC's: mlx5, bnxt_re, irdma, …)")
+	extraModules := fs.String("extra-modules", "", "more kernel modules for the image, comma-separated (their dependencies come from modules.dep), e.g. mlx5_ib for a board's RDMA NIC")
 	verbose := fs.Bool("v", false, "show the tools' output")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -59,6 +62,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		SigningKey: os.Getenv("IMAGE_SIGNING_KEY"), DevKey: filepath.Join(root, "image", ".keys", "dev-signing.key"),
 		Kernel: *kernel, InstallPackages: *install,
 		Logger: slog.New(slog.NewTextHandler(stderr, nil))}
+	cfg.VerbsProviders = strings.Split(*providers, ",")
+	if *extraModules != "" {
+		cfg.Modules = append(build.DefaultModules(), strings.Split(*extraModules, ",")...)
+	}
 	if (*sbKey == "") != (*sbCert == "") {
 		return fmt.Errorf("-sb-key and -sb-cert go together (the key signs, the certificate goes into the signature)")
 	}

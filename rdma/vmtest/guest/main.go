@@ -64,13 +64,8 @@ func main() {
 }
 
 func run() error {
-	for _, m := range []struct{ src, dir, fs string }{
-		{"proc", "/proc", "proc"}, {"sysfs", "/sys", "sysfs"}, {"devtmpfs", "/dev", "devtmpfs"}, {"tmpfs", "/tmp", "tmpfs"},
-	} {
-		_ = os.MkdirAll(m.dir, 0o755)
-		if err := unix.Mount(m.src, m.dir, m.fs, 0, ""); err != nil && !errors.Is(err, unix.EBUSY) {
-			return fmt.Errorf("mount %s: %w", m.dir, err)
-		}
+	if err := vmkit.MountPseudo(); err != nil {
+		return err
 	}
 	t0 := time.Now()
 	if err := vmkit.LoadModules("/modules.order"); err != nil {
