@@ -455,11 +455,6 @@ func getExtents(ctx context.Context, tx *Tx, id dcd.GrantID) ([]cci.Extent, erro
 	return out, nil
 }
 
-// placeholders returns "?, ?, …" for n parameters.
-func placeholders(n int) string {
-	return strings.TrimSuffix(strings.Repeat("?, ", n), ", ")
-}
-
 // Grant returns one grant with its extents, or dcd.ErrNotFound.
 func (l *Ledger) Grant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	var g dcd.Grant
