@@ -60,9 +60,13 @@ func (f *fleetStatusOut) String() string {
 	}
 	s := fmt.Sprintf("%s, box %s on %s", f.State, f.Box, where)
 	if f.State == "Connected" || f.State == "Disconnected" {
-		s += fmt.Sprintf(", %d boxes in the fleet", f.Boxes)
+		boxes := fmt.Sprintf("%d boxes", f.Boxes)
+		if f.Boxes == 1 {
+			boxes = "1 box"
+		}
+		s += ", " + boxes + " in the fleet"
 	} else {
-		s += fmt.Sprintf(": not joined after %d attempts (%s); the box serves its hosts and retries", f.Attempts, f.LastError)
+		s += fmt.Sprintf(": not joined after %s (%s); the box serves its hosts and retries", plural(f.Attempts, "attempt"), f.LastError)
 	}
 	if f.Queued > 0 || f.Dropped > 0 {
 		s += fmt.Sprintf("; %d events queued, %d dropped", f.Queued, f.Dropped)
