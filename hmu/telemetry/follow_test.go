@@ -123,3 +123,37 @@ func waitLayout(t *testing.T, s *Service, want map[int][]cci.Extent) {
 		time.Sleep(2 * time.Millisecond)
 	}
 }
+
+// TestEndedGrantLeavesLayoutAtOnce: a grant that ended is out of the
+// layout before the next rebuild, however long the interval: another host
+// may get its range meanwhile, and its accesses must not be shown to the
+// host that held it.
+func TestEndedGrantLeavesLayoutAtOnce(t *testing.T) {
+	led := &followLedger{}
+	s := &Service{log: slog.New(slog.DiscardHandler), cfg: Tuning{LayoutInterval: time.Hour},
+		mgr: followManager{led}, layout: agg.NewLiveLayout(nil)}
+	a := dcd.Grant{ID: 1, Host: 2, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 0, Length: 1 << 28}}}
+	b := dcd.Grant{ID: 2, Host: 5, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 1 << 28, Length: 1 << 28}}}
+	led.set([]dcd.Grant{a, b})
+	// As Start does: the layout is built before the follower starts.
+	if err := s.rebuildLayout(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan dcd.Change, 16)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); s.followGrants(ctx, changes) }()
+	defer func() { cancel(); <-done }()
+
+	// Within the hour: the release of a is followed at once, the ledger
+	// not read again.
+	reads := led.readCount()
+	rel := a
+	rel.State = dcd.GrantReleased
+	led.set([]dcd.Grant{b})
+	changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &rel}
+	waitLayout(t, s, layoutView(agg.LayoutFromGrants([]dcd.Grant{b})))
+	if got := led.readCount(); got != reads {
+		t.Errorf("ledger read %d times for the release, want 0 (the rebuild waits for the interval)", got-reads)
+	}
+}

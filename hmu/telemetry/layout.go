@@ -38,6 +38,13 @@ func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 				return
 			}
 			pending = pending || layoutChange(c)
+			if c.Grant != nil && !c.Grant.State.Active() {
+				// A grant that ended leaves the layout now, not at the
+				// next rebuild: its range may be granted to another host
+				// within the interval, whose accesses must not be shown
+				// to this one.
+				t.dropFromLayout(c.Grant.ID)
+			}
 		case <-due:
 			due = nil
 		case <-backstop.C:
@@ -76,9 +83,27 @@ func (t *Service) rebuildLayout(ctx context.Context) error {
 		return err
 	}
 	l := agg.LayoutFromGrants(grants)
+	t.grants = grants
 	t.layout.Store(l)
 	t.syncWorkloads(l)
 	return nil
+}
+
+// dropFromLayout rebuilds the layout from the grants it was built from
+// without grant id (no ledger read): the cheap half of a rebuild, for a
+// grant that ended.
+func (t *Service) dropFromLayout(id dcd.GrantID) {
+	kept := make([]dcd.Grant, 0, len(t.grants))
+	for _, g := range t.grants {
+		if g.ID != id {
+			kept = append(kept, g)
+		}
+	}
+	if len(kept) == len(t.grants) {
+		return
+	}
+	t.grants = kept
+	t.layout.Store(agg.LayoutFromGrants(kept))
 }
 
 // syncWorkloads runs the configured workload on every host that holds

@@ -114,15 +114,18 @@ type Config struct {
 // Service is the running pipeline. Its methods are safe for concurrent
 // use.
 type Service struct {
-	log     *slog.Logger
-	cfg     Tuning
-	mgr     Manager
-	box     SimBox // nil on hardware
-	file    string // CHMUFile path
-	hosts   int
-	insts   []*hmu.Instance
-	coll    *agg.Collector
-	layout  *agg.LiveLayout
+	log    *slog.Logger
+	cfg    Tuning
+	mgr    Manager
+	box    SimBox // nil on hardware
+	file   string // CHMUFile path
+	hosts  int
+	insts  []*hmu.Instance
+	coll   *agg.Collector
+	layout *agg.LiveLayout
+	// grants are the active grants the layout was last built from; only
+	// the layout follower (and Start before it) touches them.
+	grants  []dcd.Grant
 	all     *stream.Hub
 	perHost []*stream.Hub
 	workld  string
