@@ -147,16 +147,16 @@ vmtest-host:
 # (rdma_rxe) on both ends of a veth pair, the verbs transport's tests and
 # its figures against TCP on the same link (rdma/vmtest). Installs what it
 # needs if missing (root).
+vmtest-rdma:
+	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* /usr/include/infiniband/verbs.h /etc/libibverbs.d/rxe.driver >/dev/null 2>&1 || \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils gcc libibverbs-dev ibverbs-providers
+	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./rdma/vmtest/
+
 # The box image itself serving exports over verbs: TestRDMA (make vmtest
 # runs it too) boots the image with soft-RoCE on a data NIC and a second
 # guest, the remote rack, reaching an export over verbs and TCP.
 vmtest-rdma-image: image
 	CXLPOOL_VMTEST=1 CXLPOOL_IMAGE_DIR=$(abspath $(IMAGE_OUT)) $(GO) test -count=1 -v -timeout 15m -run 'TestRDMA$$' ./image/vmtest/
-
-vmtest-rdma:
-	@command -v qemu-system-x86_64 >/dev/null && ls /boot/vmlinuz-* /usr/include/infiniband/verbs.h /etc/libibverbs.d/rxe.driver >/dev/null 2>&1 || \
-	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq qemu-system-x86 linux-image-amd64 xz-utils gcc libibverbs-dev ibverbs-providers
-	CXLPOOL_VMTEST=1 $(GO) test -count=1 -v -timeout 15m ./rdma/vmtest/
 
 clean:
 	rm -rf $(BIN) bench.txt
