@@ -63,10 +63,12 @@ func TestHistoryReports(t *testing.T) {
 			free = append(free, mv)
 		}
 	}
-	if len(free) != 1 {
-		t.Fatalf("PoolFreePercent values: got %d, want 1 (one round): %v", len(free), rep["MetricValues"])
+	// The history's own sampler may have run a round beside the test's
+	// (its 10 s tick): at least one, each of an empty pool.
+	if len(free) == 0 {
+		t.Fatalf("PoolFreePercent values: got none, want the sampled round's: %v", rep["MetricValues"])
 	}
-	mv := free[0].(map[string]any)
+	mv := free[len(free)-1].(map[string]any)
 	if got, want := mv["MetricValue"], "100"; got != want {
 		t.Errorf("PoolFreePercent of an empty pool: got %v, want %v", got, want)
 	}
