@@ -84,7 +84,7 @@ bench: build
 	$(BENCH_TEST) -bench='^Benchmark(GrantLatency|GrantsParallel8)$$' -benchtime=300x ./appliance/ | tee -a bench.txt
 	$(BENCH_TEST) -bench=. -benchtime=0.3s ./dcd/... ./fabric/... ./sim/ | tee -a bench.txt
 	$(BENCH_TEST) -bench='^BenchmarkGetChunksVsBareHTTP$$' ./api/ | tee -a bench.txt
-	$(BENCH_TEST) -bench='^Benchmark(Add|Ingest|FanOutLag|BytesPerSlot|CollectorMemory)$$' -benchtime=0.5s ./hmu/... | tee -a bench.txt
+	$(BENCH_TEST) -bench='^Benchmark(Add|Ingest|FanOutLag|BytesPerSlot|Collector|CollectorMemory)$$' -benchtime=0.5s ./hmu/... | tee -a bench.txt
 	$(if $(BENCH_LONG),$(GO) test -run='^$$' -bench='^BenchmarkZipf100M$$' -benchtime=1x -count=1 ./hmu/topk/ | tee -a bench.txt,@echo "BenchmarkZipf100M (precision, minutes of CPU) left out: BENCH_LONG=1 runs it")
 	$(BENCH_TEST) -bench='^BenchmarkLoopback$$' -benchtime=1x ./rdma/ | tee -a bench.txt
 	$(BENCH_TEST) -bench='^BenchmarkHosts$$' -benchtime=4x -timeout=60m ./kv/client/ | tee -a bench.txt
