@@ -92,6 +92,16 @@ authorization { users: [ { user: %s, password: %s } ] }
 		for _, nd := range c.nodes {
 			nd.kill()
 		}
+		if !t.Failed() {
+			return
+		}
+		for _, nd := range c.nodes {
+			b, _ := os.ReadFile(nd.conf + ".log")
+			if len(b) > 4096 {
+				b = b[len(b)-4096:]
+			}
+			t.Logf("node %s's log (its end):\n%s", nd.name, b)
+		}
 	})
 	return c
 }
@@ -99,12 +109,20 @@ authorization { users: [ { user: %s, password: %s } ] }
 func (nd *node) start() {
 	nd.t.Helper()
 	nd.cmd = exec.Command(nd.bin, "-c", nd.conf)
-	nd.cmd.Stdout, nd.cmd.Stderr = nil, nil
+	// The server's own log, appended across restarts: a failing test
+	// shows it (startCluster), so a node that could not start or join
+	// says why instead of leaving a placement error to guess from.
+	logf, err := os.OpenFile(nd.conf+".log", os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		nd.t.Fatal(err)
+	}
+	nd.cmd.Stdout, nd.cmd.Stderr = logf, logf
 	if err := nd.cmd.Start(); err != nil {
+		logf.Close()
 		nd.t.Fatalf("start %s: %v", nd.name, err)
 	}
 	nd.done = make(chan struct{})
-	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(nd.cmd, nd.done)
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); logf.Close(); close(done) }(nd.cmd, nd.done)
 }
 
 // kill ends the node with SIGKILL: no goodbye to its peers or clients.
