@@ -46,3 +46,12 @@ func (d *earlyDiscovery) Discover(ctx context.Context) (fabric.Box, error) {
 	}
 	return d.Device.Discover(ctx)
 }
+
+// StartAdd sends an add without waiting when the device can
+// (fabric.AddStarter); otherwise it sends nothing and says so.
+func (d *earlyDiscovery) StartAdd(r fabric.AddRequest) (func(context.Context) error, error) {
+	if s, ok := d.Device.(fabric.AddStarter); ok {
+		return s.StartAdd(r)
+	}
+	return nil, fabric.ErrNotSent
+}

@@ -266,6 +266,15 @@ func (d *redialDevice) Add(ctx context.Context, r fabric.AddRequest) error {
 	return c.Add(ctx, r)
 }
 
+// StartAdd is fm.Client's StartAdd on the current link (fabric.AddStarter).
+func (d *redialDevice) StartAdd(r fabric.AddRequest) (func(context.Context) error, error) {
+	c, err := d.client()
+	if err != nil {
+		return nil, err
+	}
+	return c.StartAdd(r)
+}
+
 func (d *redialDevice) Release(ctx context.Context, r fabric.ReleaseRequest) error {
 	c, err := d.client()
 	if err != nil {

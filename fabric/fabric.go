@@ -22,6 +22,9 @@ var (
 	ErrTimeout = errors.New("fabric: device did not respond")
 	// ErrClosed: the link to the device is closed or lost.
 	ErrClosed = errors.New("fabric: device link closed")
+	// ErrNotSent: a command that must not wait (AddStarter) was not sent,
+	// because it could not go out at once; sending it the usual way works.
+	ErrNotSent = errors.New("fabric: command not sent: the link was busy")
 )
 
 // Identity is what Identify (0001h) and Identify Memory Device (4000h) say.
@@ -216,6 +219,18 @@ type Event struct {
 	Extents []cci.Extent
 	LinkUp  bool
 	Time    time.Time
+}
+
+// AddStarter is a Device that can send an Initiate Dynamic Capacity Add
+// without waiting for the answer: StartAdd writes the command and returns,
+// and wait (called exactly once) returns what Device.Add would have. It
+// lets a caller that holds something others queue for (the ledger's
+// writer, mid-transaction) put the command on the link and leave the
+// waiting to another goroutine. StartAdd never waits for the link: when
+// the command cannot go out at once it fails with ErrNotSent, having sent
+// nothing.
+type AddStarter interface {
+	StartAdd(r AddRequest) (wait func(context.Context) error, err error)
 }
 
 // Device is the Fabric Manager's handle on one multi-headed DCD. Methods

@@ -34,7 +34,7 @@ func (l *Ledger) BeginGrant(ctx context.Context, chunk dcd.ChunkID, host dcd.Hos
 func (l *Ledger) BeginGrantStaged(ctx context.Context, chunk dcd.ChunkID, host dcd.HostID, checked func(dcd.GrantIntent)) (dcd.GrantIntent, func() error, error) {
 	var g dcd.GrantIntent
 	called := false
-	seq, err := l.run(ctx, nil, func(tx *Tx) error {
+	seq, err := l.runDurable(ctx, func(tx *Tx) error {
 		if called {
 			// The caller already acted on the first attempt's grant id;
 			// a re-run would insert another. Fail and let it undo.

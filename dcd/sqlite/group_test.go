@@ -3,8 +3,10 @@ package sqlite
 import (
 	"errors"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -146,5 +148,60 @@ func TestBeginGrantStaged(t *testing.T) {
 	}
 	if g, err := l.Grant(ctx, in.ID); err != nil || g.State != dcd.GrantGranted {
 		t.Errorf("Grant after durable: %+v, %v; want granted", g, err)
+	}
+}
+
+// TestFsyncWaitsForQueuedDurableWrite: an fsync about to start waits for
+// a durable write already queued for the writer, so one fsync covers both
+// commits and the queued write returns without one of its own.
+func TestFsyncWaitsForQueuedDurableWrite(t *testing.T) {
+	l, err := Open(t.Context(), filepath.Join(t.TempDir(), "ledger.db"), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close() })
+	l.queued.wait = time.Minute // only a hang reaches it
+	var mu sync.Mutex
+	var syncs []uint64 // the commit count each fsync saw at its start
+	l.syncFn = func() error {
+		mu.Lock()
+		syncs = append(syncs, l.commits.Load())
+		mu.Unlock()
+		return nil
+	}
+	ctx := t.Context()
+	beat := func(tx *Tx) error { _, err := tx.ExecContext(ctx, qHeartbeat, "t"); return err }
+	// A: a commit made, not yet durable.
+	if err := l.relaxedTx(ctx, beat); err != nil {
+		t.Fatal(err)
+	}
+	seqA := l.commits.Load()
+	// B: a durable write queued and running, not committed yet.
+	inB, goB := make(chan struct{}), make(chan struct{})
+	doneB := make(chan error, 1)
+	go func() {
+		doneB <- l.tx(ctx, func(tx *Tx) error { close(inB); <-goB; return beat(tx) })
+	}()
+	<-inB
+	doneA := make(chan error, 1)
+	go func() { doneA <- l.makeDurable(seqA) }()
+	// Until A leads an fsync (or, were it not to wait, has finished one).
+	for running := false; !running && len(doneA) == 0; {
+		l.group.mu.Lock()
+		running = l.group.running
+		l.group.mu.Unlock()
+		runtime.Gosched()
+	}
+	close(goB)
+	if err := <-doneA; err != nil {
+		t.Fatalf("makeDurable(A): %v", err)
+	}
+	if err := <-doneB; err != nil {
+		t.Fatalf("tx(B): %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if diff := cmp.Diff([]uint64{seqA + 1}, syncs); diff != "" {
+		t.Errorf("fsyncs, by the commit count at their start (-want +got):\n%s", diff)
 	}
 }

@@ -65,6 +65,15 @@ type Ledger struct {
 	// value read before an fsync starts is covered by that fsync.
 	commits atomic.Uint64
 	group   groupSync
+	// queued counts durable writes that have asked for the writer
+	// (entered) and whose transaction has ended (ended), committed or not:
+	// an fsync about to start waits for those already queued
+	// (awaitQueued), so one fsync covers them all.
+	queued struct {
+		entered, ended atomic.Uint64
+		signal         chan struct{} // a durable write ended; buffered 1
+		wait           time.Duration // the longest an fsync waits for them
+	}
 	// syncFn makes the WAL durable: syncWAL, or a test's stand-in.
 	syncFn func() error
 	// w queues write transactions for the connection and batches them
@@ -199,6 +208,7 @@ const readConns = 4
 func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 	l := &Ledger{log: opts.Logger, clock: opts.Clock}
 	l.group.done = sync.NewCond(&l.group.mu)
+	l.queued.signal, l.queued.wait = make(chan struct{}, 1), coalesceWait
 	l.syncFn = l.syncWAL
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
@@ -317,11 +327,53 @@ func (l *Ledger) Ping(ctx context.Context) error {
 // longer than the busy timeout) is retried a few times from the start, so fn
 // must not have effects outside tx.
 func (l *Ledger) tx(ctx context.Context, fn func(*Tx) error) error {
-	seq, err := l.run(ctx, nil, fn)
+	seq, err := l.runDurable(ctx, fn)
 	if err != nil {
 		return err
 	}
 	return l.makeDurable(seq)
+}
+
+// runDurable is run for a write whose caller then waits for makeDurable:
+// it counts as queued while it waits for the writer and runs.
+func (l *Ledger) runDurable(ctx context.Context, fn func(*Tx) error) (uint64, error) {
+	l.queued.entered.Add(1)
+	defer func() {
+		l.queued.ended.Add(1)
+		select {
+		case l.queued.signal <- struct{}{}:
+		default:
+		}
+	}()
+	return l.run(ctx, nil, fn)
+}
+
+// coalesceWait bounds how long an fsync waits for durable writes already
+// queued for the writer (one batch, normally well under it).
+const coalesceWait = time.Millisecond
+
+// awaitQueued returns once every durable write that was queued when it was
+// called has ended, or after queued.wait (coalesceWait). With hosts
+// granting and releasing at once, the writer commits the next batch while
+// an fsync runs, and that batch's callers then paid an fsync of their own;
+// waiting for a batch already queued lets one fsync cover it, at the cost
+// of that batch to the leader. With eight hosts it took the fsyncs from
+// 1.2 to 0.95 per grant-and-release round. A lone grant finds nothing
+// queued and waits for nothing.
+func (l *Ledger) awaitQueued() {
+	want := l.queued.entered.Load()
+	if l.queued.ended.Load() >= want {
+		return
+	}
+	t := time.NewTimer(l.queued.wait)
+	defer t.Stop()
+	for l.queued.ended.Load() < want {
+		select {
+		case <-l.queued.signal:
+		case <-t.C:
+			return
+		}
+	}
 }
 
 // makeDurable returns once every commit numbered up to seq is on disk: at
@@ -342,8 +394,9 @@ func (l *Ledger) makeDurable(seq uint64) error {
 		return nil
 	}
 	g.running = true
-	target := l.commits.Load() // ≥ seq: later commits ride along
 	g.mu.Unlock()
+	l.awaitQueued()
+	target := l.commits.Load() // ≥ seq: later commits ride along
 
 	err := l.syncFn()
 
@@ -359,7 +412,10 @@ func (l *Ledger) makeDurable(seq uint64) error {
 
 // syncWAL makes every commit so far durable: in WAL mode a commit is frames
 // appended to the -wal file, so one fsync of it is what synchronous=FULL
-// does at each commit. The file is opened by name each time, because
+// does at each commit; fdatasync, as SQLite itself syncs on Linux, since
+// what a reader needs is the frames and the file's size, not its
+// timestamps (whose journal commit would double the cost of a WAL that is
+// only being overwritten). The file is opened by name each time, because
 // SQLite may recreate it; a missing file means everything is already
 // checkpointed into the database, which SQLite syncs when it checkpoints.
 func (l *Ledger) syncWAL() error {
@@ -370,7 +426,7 @@ func (l *Ledger) syncWAL() error {
 	if err != nil {
 		return fmt.Errorf("sync the write-ahead log: %w", err)
 	}
-	err = f.Sync()
+	err = dataSync(f)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

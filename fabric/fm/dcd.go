@@ -31,6 +31,24 @@ func (c *Client) Add(ctx context.Context, r fabric.AddRequest) error {
 	return c.Do(ctx, cci.OpInitiateDCAdd, req, nil)
 }
 
+var _ fabric.AddStarter = (*Client)(nil)
+
+// StartAdd sends Initiate Dynamic Capacity Add (5604h) without waiting
+// for the device's answer, which wait returns as Add would
+// (fabric.AddStarter). With no MCTP tag free at once it sends nothing and
+// fails with fabric.ErrNotSent.
+func (c *Client) StartAdd(r fabric.AddRequest) (wait func(context.Context) error, err error) {
+	req := &cci.InitiateDCAddReq{
+		HostID: r.Host, Policy: uint8(r.Policy), Region: r.Region,
+		Length: r.Length, Tag: r.Tag, Extents: r.Extents,
+	}
+	w, err := c.start(cci.OpInitiateDCAdd, req)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) error { return w(ctx, nil) }, nil
+}
+
 // Release sends Initiate Dynamic Capacity Release (5605h). Success means
 // the device asked the host; the outcome arrives as EventCapacityReleased
 // (except for a forced release of capacity the host never accepted).

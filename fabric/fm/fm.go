@@ -304,19 +304,9 @@ var errMismatch = errors.New("response does not match the request")
 // failures wrap fabric.ErrTimeout or fabric.ErrClosed; only side-effect-free
 // commands are retried after a timeout.
 func (c *Client) Do(ctx context.Context, op cci.Opcode, req encoding.BinaryMarshaler, resp encoding.BinaryUnmarshaler) error {
-	var payload []byte
-	if req != nil {
-		var err error
-		if payload, err = req.MarshalBinary(); err != nil {
-			return fmt.Errorf("fm: %s: encode request: %w", op, err)
-		}
-	}
-	c.mu.Lock()
-	maxReq := c.maxRequest
-	c.mu.Unlock()
-	if maxReq > 0 && len(payload) > maxReq {
-		return fmt.Errorf("fm: %s: request payload of %d bytes exceeds the device limit of %d: %w",
-			op, len(payload), maxReq, cci.ErrPayloadLength)
+	payload, err := c.encode(op, req)
+	if err != nil {
+		return err
 	}
 	attempts := 1
 	if sideEffectFree(op) {
@@ -339,6 +329,26 @@ func (c *Client) Do(ctx context.Context, op cci.Opcode, req encoding.BinaryMarsh
 	return last
 }
 
+// encode marshals a request's payload and checks it against the device's
+// request limit.
+func (c *Client) encode(op cci.Opcode, req encoding.BinaryMarshaler) ([]byte, error) {
+	var payload []byte
+	if req != nil {
+		var err error
+		if payload, err = req.MarshalBinary(); err != nil {
+			return nil, fmt.Errorf("fm: %s: encode request: %w", op, err)
+		}
+	}
+	c.mu.Lock()
+	maxReq := c.maxRequest
+	c.mu.Unlock()
+	if maxReq > 0 && len(payload) > maxReq {
+		return nil, fmt.Errorf("fm: %s: request payload of %d bytes exceeds the device limit of %d: %w",
+			op, len(payload), maxReq, cci.ErrPayloadLength)
+	}
+	return payload, nil
+}
+
 // roundTrip runs one attempt: it sends the request under a fresh CCI tag
 // and returns the validated response message.
 func (c *Client) roundTrip(ctx context.Context, op cci.Opcode, payload []byte) (cci.Message, error) {
@@ -350,6 +360,50 @@ func (c *Client) roundTrip(ctx context.Context, op cci.Opcode, payload []byte) (
 	actx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	raw, err := c.ep.Request(actx, c.cfg.DeviceEID, mctp.MsgType(op.MCTPType()), wire)
 	cancel()
+	return c.response(ctx, op, tag, raw, err)
+}
+
+// start sends one attempt of op without waiting: wait takes its answer
+// as Do would (one attempt, so only for commands Do does not retry). It
+// fails with fabric.ErrNotSent, having sent nothing, when the request
+// could not go out at once.
+func (c *Client) start(op cci.Opcode, req encoding.BinaryMarshaler) (wait func(context.Context, encoding.BinaryUnmarshaler) error, err error) {
+	payload, err := c.encode(op, req)
+	if err != nil {
+		return nil, err
+	}
+	tag := uint8(c.tag.Add(1))
+	wire, err := cci.Message{Category: cci.Request, Tag: tag, Opcode: op, Payload: payload}.MarshalBinary()
+	if err != nil {
+		return nil, fmt.Errorf("fm: %s: %w", op, err)
+	}
+	// The attempt's deadline runs from the send, as Do's does.
+	deadline := time.Now().Add(c.cfg.Timeout)
+	p, err := c.ep.Start(c.cfg.DeviceEID, mctp.MsgType(op.MCTPType()), wire)
+	if errors.Is(err, mctp.ErrNoTag) {
+		return nil, fmt.Errorf("fm: %s: %w: %w", op, fabric.ErrNotSent, err)
+	}
+	if err != nil {
+		// Either nothing went out or the link failed writing it: as Do
+		// would report it.
+		_, err = c.response(context.Background(), op, tag, nil, err)
+		return nil, err
+	}
+	return func(ctx context.Context, resp encoding.BinaryUnmarshaler) error {
+		actx, cancel := context.WithDeadline(ctx, deadline)
+		raw, err := p.Wait(actx)
+		cancel()
+		m, err := c.response(ctx, op, tag, raw, err)
+		if err != nil {
+			return err
+		}
+		return c.result(op, m, resp)
+	}, nil
+}
+
+// response turns what the endpoint returned for the request tagged tag
+// into the validated response message or the attempt's error.
+func (c *Client) response(ctx context.Context, op cci.Opcode, tag uint8, raw []byte, err error) (cci.Message, error) {
 	if err != nil {
 		switch {
 		case ctx.Err() != nil:

@@ -542,3 +542,32 @@ func BenchmarkExtents(b *testing.B) {
 		}
 	}
 }
+
+// TestStartAddAnswersAsAdd: an add sent with StartAdd is answered as Add
+// answers it, a refusal included, and the host sees the same offer.
+func TestStartAddAnswersAsAdd(t *testing.T) {
+	r := newRig(t, nil, Config{})
+	r.discover(t)
+	ctx := context.Background()
+	tag := cci.NewTag()
+	const host, size = 3, 1 << 30
+	wait, err := r.c.StartAdd(fabric.AddRequest{Host: host, Policy: fabric.AddFree, Region: 0, Length: size, Tag: tag})
+	if err != nil {
+		t.Fatalf("StartAdd: %v", err)
+	}
+	if err := wait(ctx); err != nil {
+		t.Fatalf("wait: %v", err)
+	}
+	ev := r.next(t, fabric.EventAddResponse)
+	if ev.Host != host || sum(ev.Extents, tag) != size {
+		t.Fatalf("add response: got host %d with %d tagged bytes, want host %d with %d", ev.Host, sum(ev.Extents, tag), host, size)
+	}
+	// The same tag again: the device refuses it, as it refuses Add.
+	wait, err = r.c.StartAdd(fabric.AddRequest{Host: host, Policy: fabric.AddFree, Region: 0, Length: size, Tag: tag})
+	if err != nil {
+		t.Fatalf("StartAdd: %v", err)
+	}
+	if err := wait(ctx); !errors.Is(err, cci.InvalidInput) {
+		t.Errorf("second add of the tag: got %v, want Invalid Input", err)
+	}
+}

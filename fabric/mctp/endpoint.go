@@ -312,6 +312,14 @@ func (e *Endpoint) send(h Header, typ MsgType, msg []byte) error {
 	if e.isClosed() {
 		return ErrClosed
 	}
+	if pw, ok := e.link.(PacketsWriter); ok && len(pkts) > 1 {
+		if err := pw.WritePackets(pkts); err != nil {
+			return fmt.Errorf("mctp: write packets: %w", err)
+		}
+		e.packetsOut.Add(uint64(len(pkts)))
+		e.messagesOut.Add(1)
+		return nil
+	}
 	for _, p := range pkts {
 		if err := e.link.WritePacket(p); err != nil {
 			return fmt.Errorf("mctp: write packet: %w", err)
@@ -336,39 +344,98 @@ func (e *Endpoint) send(h Header, typ MsgType, msg []byte) error {
 // seven, which makes a late response to a timed-out request unlikely to be
 // taken for the answer to a new one.
 func (e *Endpoint) Request(ctx context.Context, dst EID, typ MsgType, msg []byte) ([]byte, error) {
-	if 1+len(msg) > e.maxMsg {
-		return nil, fmt.Errorf("mctp: request of %d bytes to EID %d, limit %d: %w", 1+len(msg), dst, e.maxMsg, ErrTooLarge)
-	}
-	if e.isClosed() {
-		return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, ErrClosed)
+	if err := e.checkRequest(dst, msg); err != nil {
+		return nil, err
 	}
 	tag, err := e.acquireTag(ctx, dst)
 	if err != nil {
 		return nil, err
 	}
-	defer e.releaseTag(dst, tag)
+	p, err := e.begin(dst, typ, tag, msg)
+	if err != nil {
+		return nil, err
+	}
+	return p.Wait(ctx)
+}
 
-	k := pendingKey{dst, tag}
-	c := &call{ch: make(chan reply, 1)}
+// Start sends msg as Request does but returns as soon as it is written;
+// the Pending's Wait takes the response. It never waits for a tag: with
+// all eight in use for dst it fails with ErrNoTag, having sent nothing.
+// A caller that must not block (one holding a lock others queue for)
+// sends with Start and waits elsewhere.
+func (e *Endpoint) Start(dst EID, typ MsgType, msg []byte) (*Pending, error) {
+	if err := e.checkRequest(dst, msg); err != nil {
+		return nil, err
+	}
+	tag, ok, _ := e.takeTag(dst)
+	if !ok {
+		return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, ErrNoTag)
+	}
+	return e.begin(dst, typ, tag, msg)
+}
+
+// Pending is a request on the link whose response has not been taken.
+// Wait must be called once: until then the request holds its tag.
+type Pending struct {
+	e    *Endpoint
+	dst  EID
+	tag  uint8
+	typ  MsgType
+	c    *call
+	done bool
+}
+
+// checkRequest refuses what no request may be: too large, or on a closed
+// endpoint.
+func (e *Endpoint) checkRequest(dst EID, msg []byte) error {
+	if 1+len(msg) > e.maxMsg {
+		return fmt.Errorf("mctp: request of %d bytes to EID %d, limit %d: %w", 1+len(msg), dst, e.maxMsg, ErrTooLarge)
+	}
+	if e.isClosed() {
+		return fmt.Errorf("mctp: request to EID %d: %w", dst, ErrClosed)
+	}
+	return nil
+}
+
+// begin registers the response's slot under tag and sends the request.
+// On failure the tag is free again.
+func (e *Endpoint) begin(dst EID, typ MsgType, tag uint8, msg []byte) (*Pending, error) {
+	p := &Pending{e: e, dst: dst, tag: tag, typ: typ, c: &call{ch: make(chan reply, 1)}}
 	e.mu.Lock()
-	e.pending[k] = c
+	e.pending[pendingKey{dst, tag}] = p.c
 	e.mu.Unlock()
-	defer func() {
-		e.mu.Lock()
-		if e.pending[k] == c {
-			delete(e.pending, k)
-		}
-		e.mu.Unlock()
-	}()
-
 	if err := e.send(Header{Dst: dst, Src: e.eid, TO: true, Tag: tag}, typ, msg); err != nil {
+		p.end()
 		return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, err)
 	}
+	return p, nil
+}
+
+// end frees the request's response slot and tag.
+func (p *Pending) end() {
+	e, k := p.e, pendingKey{p.dst, p.tag}
+	e.mu.Lock()
+	if e.pending[k] == p.c {
+		delete(e.pending, k)
+	}
+	e.mu.Unlock()
+	e.releaseTag(p.dst, p.tag)
+}
+
+// Wait returns the response (without its type byte), bounded by ctx as
+// Request is, and frees the tag.
+func (p *Pending) Wait(ctx context.Context) ([]byte, error) {
+	if p.done {
+		return nil, fmt.Errorf("mctp: request to EID %d: response already taken", p.dst)
+	}
+	p.done = true
+	defer p.end()
+	e, dst := p.e, p.dst
 	select {
-	case r := <-c.ch:
-		if r.typ != typ {
+	case r := <-p.c.ch:
+		if r.typ != p.typ {
 			return nil, fmt.Errorf("mctp: request to EID %d: response type %#02x, want %#02x: %w",
-				dst, uint8(r.typ), uint8(typ), ErrMalformed)
+				dst, uint8(r.typ), uint8(p.typ), ErrMalformed)
 		}
 		return r.msg, nil
 	case <-ctx.Done():
@@ -393,24 +460,10 @@ func (e *Endpoint) ctxErr(ctx context.Context, dst EID, what string) error {
 // matching unambiguous. The search is round-robin per destination.
 func (e *Endpoint) acquireTag(ctx context.Context, dst EID) (uint8, error) {
 	for {
-		e.mu.Lock()
-		busy := e.tagsUsed[dst] | e.tagsUsed[EIDNull] | e.tagsUsed[EIDBroadcast]
-		if dst == EIDNull || dst == EIDBroadcast {
-			for _, m := range e.tagsUsed {
-				busy |= m
-			}
+		t, ok, freed := e.takeTag(dst)
+		if ok {
+			return t, nil
 		}
-		for i := range uint8(tagCount) {
-			t := (e.tagNext[dst] + i) % tagCount
-			if busy&(1<<t) == 0 {
-				e.tagsUsed[dst] |= 1 << t
-				e.tagNext[dst] = (t + 1) % tagCount
-				e.mu.Unlock()
-				return t, nil
-			}
-		}
-		freed := e.tagFreed
-		e.mu.Unlock()
 		select {
 		case <-freed:
 		case <-ctx.Done():
@@ -419,6 +472,28 @@ func (e *Endpoint) acquireTag(ctx context.Context, dst EID) (uint8, error) {
 			return 0, fmt.Errorf("mctp: request to EID %d: %w", dst, ErrClosed)
 		}
 	}
+}
+
+// takeTag allocates a free tag for dst if there is one; otherwise freed
+// is closed when one is released.
+func (e *Endpoint) takeTag(dst EID) (tag uint8, ok bool, freed <-chan struct{}) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	busy := e.tagsUsed[dst] | e.tagsUsed[EIDNull] | e.tagsUsed[EIDBroadcast]
+	if dst == EIDNull || dst == EIDBroadcast {
+		for _, m := range e.tagsUsed {
+			busy |= m
+		}
+	}
+	for i := range uint8(tagCount) {
+		t := (e.tagNext[dst] + i) % tagCount
+		if busy&(1<<t) == 0 {
+			e.tagsUsed[dst] |= 1 << t
+			e.tagNext[dst] = (t + 1) % tagCount
+			return t, true, nil
+		}
+	}
+	return 0, false, e.tagFreed
 }
 
 // releaseTag frees tag and wakes every Request waiting for one.

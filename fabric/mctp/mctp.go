@@ -65,6 +65,9 @@ var (
 	ErrTooLarge = errors.New("mctp: message too large")
 	// ErrMalformed: a packet or message does not follow the layout.
 	ErrMalformed = errors.New("mctp: malformed")
+	// ErrNoTag: Start found all eight tags for the destination in use
+	// (Request waits for one instead). Nothing was sent.
+	ErrNoTag = errors.New("mctp: no free tag")
 )
 
 // Header is the MCTP transport header (cxl-wire.md §1.3):
@@ -131,4 +134,14 @@ type PacketLink interface {
 	WritePacket(p []byte) error
 	// Close closes the link and unblocks ReadPacket.
 	Close() error
+}
+
+// PacketsWriter is a PacketLink that sends several packets in one go:
+// serial.Link frames them all and writes them with one Write, so a
+// message of many packets (an event record page is seventeen of the
+// baseline 64 bytes) costs one system call or USB transfer instead of one
+// per packet. The Endpoint uses it for each message when the link has it.
+type PacketsWriter interface {
+	// WritePackets sends ps in order, as WritePacket would one by one.
+	WritePackets(ps [][]byte) error
 }

@@ -136,6 +136,35 @@ func (l *Link) WritePacket(p []byte) error {
 	return nil
 }
 
+// WritePackets frames every packet of ps into one buffer and writes it
+// with a single Write (mctp.PacketsWriter): the receiver sees the same
+// bytes as from one WritePacket per packet.
+func (l *Link) WritePackets(ps [][]byte) error {
+	for _, p := range ps {
+		if len(p) > l.max {
+			return fmt.Errorf("serial: write: packet of %d bytes above link maximum %d: %w",
+				len(p), l.max, ErrPacketSize)
+		}
+	}
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
+	buf := l.wbuf[:0]
+	for _, p := range ps {
+		var err error
+		if buf, err = AppendFrame(buf, p); err != nil {
+			return err
+		}
+	}
+	l.wbuf = buf
+	if _, err := l.rw.Write(buf); err != nil {
+		return fmt.Errorf("serial: write: %w", err)
+	}
+	l.smu.Lock()
+	l.stats.Sent += uint64(len(ps))
+	l.smu.Unlock()
+	return nil
+}
+
 // Close closes the underlying stream, which unblocks a pending ReadPacket.
 // Later calls return the first call's result.
 func (l *Link) Close() error {

@@ -318,3 +318,47 @@ func TestBadAddresses(t *testing.T) {
 		}
 	}
 }
+
+// recorder is a stream that keeps every Write as one call.
+type recorder struct {
+	bytes.Buffer
+	writes int
+}
+
+func (r *recorder) Write(p []byte) (int, error) { r.writes++; return r.Buffer.Write(p) }
+func (r *recorder) Read([]byte) (int, error)    { select {} }
+func (r *recorder) Close() error                { return nil }
+
+// TestWritePacketsIsOneWriteOfTheSameBytes: a message's packets written
+// together reach the stream as exactly the bytes of one WritePacket per
+// packet, in one Write.
+func TestWritePacketsIsOneWriteOfTheSameBytes(t *testing.T) {
+	pkts := [][]byte{
+		unhex(t, escPacket),
+		bytes.Repeat([]byte{Flag, Escape, 0x01}, 20),
+		{0x01, 0x02, 0x03, 0x04},
+	}
+	one, each := &recorder{}, &recorder{}
+	if err := NewLink(one, LinkConfig{}).WritePackets(pkts); err != nil {
+		t.Fatalf("WritePackets: %v", err)
+	}
+	le := NewLink(each, LinkConfig{})
+	for _, p := range pkts {
+		if err := le.WritePacket(p); err != nil {
+			t.Fatalf("WritePacket: %v", err)
+		}
+	}
+	if diff := cmp.Diff(each.Bytes(), one.Bytes()); diff != "" {
+		t.Errorf("stream (-one per packet +together):\n%s", diff)
+	}
+	if one.writes != 1 {
+		t.Errorf("writes: got %d, want 1", one.writes)
+	}
+	lo := NewLink(one, LinkConfig{})
+	if err := lo.WritePackets([][]byte{{1}, make([]byte, lo.max+1)}); !errors.Is(err, ErrPacketSize) {
+		t.Errorf("oversized packet: got %v, want ErrPacketSize", err)
+	}
+	if got := lo.Stats().Sent; got != 0 {
+		t.Errorf("Sent after a refused batch: got %d, want 0 (nothing written)", got)
+	}
+}

@@ -142,6 +142,25 @@ func (p *port) WritePacket(pkt []byte) error {
 	return p.d.under.WritePacket(pkt)
 }
 
+// WritePackets sends a message's packets in one write when the shared link
+// can (mctp.PacketsWriter).
+func (p *port) WritePackets(pkts [][]byte) error {
+	select {
+	case <-p.closed:
+		return fmt.Errorf("board: link: %w", mctp.ErrClosed)
+	default:
+	}
+	if pw, ok := p.d.under.(mctp.PacketsWriter); ok {
+		return pw.WritePackets(pkts)
+	}
+	for _, pkt := range pkts {
+		if err := p.d.under.WritePacket(pkt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func (p *port) Close() error {
 	p.once.Do(func() { close(p.closed) })
 	if p.owner {
