@@ -342,11 +342,13 @@ func (m *Manager) ReleaseOrphan(ctx context.Context, host HostID, tag cci.Tag) e
 	if err := m.retryBusy(ctx, func() error { return m.cfg.Device.Release(ctx, req) }); err != nil && !errors.Is(err, cci.InvalidInput) {
 		return fmt.Errorf("release orphan %s: %w", tag, deviceErr(err))
 	}
-	held, err := m.holds(ctx, host, tag)
+	// Held or still offered: an orphan has no grant, so nothing rules
+	// out a pending offer of its tag.
+	st, _, err := m.addStatus(ctx, host, tag)
 	if err != nil {
 		return fmt.Errorf("release orphan %s: %w", tag, deviceErr(err))
 	}
-	if held {
+	if st != addNone {
 		return fmt.Errorf("release orphan %s: the device still holds it: %w", tag, ErrDevice)
 	}
 	// A reconcile that ran meanwhile may have cleared it already.

@@ -311,7 +311,7 @@ type move struct {
 	stay       bool // a grant already in `to` is returned unchanged
 	setReason  bool
 	reason     string
-	setExtents bool // replace the extents
+	setExtents bool // record the extents (from adding only: it has none yet)
 	extents    []cci.Extent
 	// derivable marks outcomes that reconcile can rebuild from the device
 	// (adding → granted/failed, releasing → released): they commit
@@ -320,6 +320,9 @@ type move struct {
 }
 
 func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (dcd.Grant, error) {
+	if m.setExtents && !slices.Equal(m.from, fromAdding) {
+		return dcd.Grant{}, fmt.Errorf("ledger: %s %d: extents are recorded only for a grant leaving adding", op, id)
+	}
 	var g dcd.Grant
 	run := l.tx
 	if m.derivable {
@@ -338,9 +341,10 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 		case err == nil:
 			g.Created = fromNano(created)
 			if m.setExtents {
-				if _, err := tx.ExecContext(ctx, qDeleteExtents, id); err != nil {
-					return err
-				}
+				// Only a grant leaving adding gets its extents, once,
+				// and an adding grant has none (ids are never reused):
+				// nothing to delete first, which is one statement fewer
+				// in every grant's outcome.
 				if err := insertExtents(ctx, tx, id, m.extents); err != nil {
 					return err
 				}

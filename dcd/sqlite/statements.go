@@ -18,7 +18,6 @@ const (
 	qInsertGrant   = `INSERT INTO grants (chunk, host, state, created, updated) VALUES (?, ?, ?, ?, ?)`
 	qGrant         = `SELECT ` + grantColumns + ` FROM grants WHERE id = ?`
 	qExtents       = `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`
-	qDeleteExtents = `DELETE FROM extents WHERE grant_id = ?`
 	qInsertExtent  = `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`
 	qChunkByTag    = `SELECT ` + chunkColumns + ` FROM chunks WHERE tag = ? AND deleted IS NULL`
 	qChunkExtents  = `SELECT dpa, length FROM chunk_extents WHERE chunk = ? ORDER BY idx`
@@ -105,7 +104,7 @@ var (
 // grant moves the ledger makes (from one state, or from any active one).
 func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
-		qDeleteExtents, qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit,
+		qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit,
 		qMove(fromAdding), qMove(fromGranted), qMove(fromReleasing), qMove(fromActive),
 		qRegions, qRegion, qReserved, qBusySpans, qInsertChunk, qInsertPlacement, qDeleteChunk,
 		qActiveGrants, qActiveExtents}
