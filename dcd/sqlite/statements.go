@@ -11,16 +11,16 @@ import (
 // its SQL text is one of these); everything else is plain SQL at its call
 // site.
 const (
-	qChunk         = `SELECT ` + chunkColumns + ` FROM chunks WHERE id = ? AND deleted IS NULL`
-	qHost          = `SELECT ` + hostColumns + ` FROM hosts WHERE id = ?`
-	qHolders       = `SELECT id, host, state FROM grants WHERE chunk = ? AND state IN ` + activeStates + ` ORDER BY id`
-	qHostHeld      = `SELECT coalesce(sum(c.size), 0) FROM grants g JOIN chunks c ON c.id = g.chunk WHERE g.host = ? AND g.state IN ` + activeStates
-	qInsertGrant   = `INSERT INTO grants (chunk, host, state, created, updated) VALUES (?, ?, ?, ?, ?)`
-	qGrant         = `SELECT ` + grantColumns + ` FROM grants WHERE id = ?`
-	qExtents       = `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`
-	qInsertExtent  = `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`
-	qChunkByTag    = `SELECT ` + chunkColumns + ` FROM chunks WHERE tag = ? AND deleted IS NULL`
-	qChunkExtents  = `SELECT dpa, length FROM chunk_extents WHERE chunk = ? ORDER BY idx`
+	qChunk        = `SELECT ` + chunkColumns + ` FROM chunks WHERE id = ? AND deleted IS NULL`
+	qHost         = `SELECT ` + hostColumns + ` FROM hosts WHERE id = ?`
+	qHolders      = `SELECT id, host, state FROM grants WHERE chunk = ? AND state IN ` + activeStates + ` ORDER BY id`
+	qHostHeld     = `SELECT coalesce(sum(c.size), 0) FROM grants g JOIN chunks c ON c.id = g.chunk WHERE g.host = ? AND g.state IN ` + activeStates
+	qInsertGrant  = `INSERT INTO grants (chunk, host, state, created, updated) VALUES (?, ?, ?, ?, ?)`
+	qGrant        = `SELECT ` + grantColumns + ` FROM grants WHERE id = ?`
+	qExtents      = `SELECT dpa, length, tag, shared_seq FROM extents WHERE grant_id = ? ORDER BY idx`
+	qInsertExtent = `INSERT INTO extents (grant_id, idx, dpa, length, tag, shared_seq) VALUES (?, ?, ?, ?, ?, ?)`
+	qChunkByTag   = `SELECT ` + chunkColumns + ` FROM chunks WHERE tag = ? AND deleted IS NULL`
+	qChunkExtents = `SELECT dpa, length FROM chunk_extents WHERE chunk = ? ORDER BY idx`
 	// The default host quota, which every grant of a host without its own
 	// quota reads (defaultquota.go).
 	qMeta       = `SELECT value FROM meta WHERE key = ?`
