@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -32,14 +33,23 @@ func natsServer(t testing.TB) string {
 	return ""
 }
 
+// freePort picks a port nothing listens on now, below Linux's ephemeral
+// range (32768 and up): a port the kernel handed out as free (":0") is
+// also what it hands the next outgoing connection of any test running
+// beside this one, which then holds it when nats-server binds it.
 func freePort(t testing.TB) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	for range 100 {
+		port := 20000 + rand.IntN(12000)
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		l.Close()
+		return port
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	t.Fatal("no free port below the ephemeral range")
+	return 0
 }
 
 // node is one nats-server of a test cluster.
@@ -60,6 +70,23 @@ type cluster struct {
 func startCluster(t testing.TB) *cluster {
 	t.Helper()
 	bin := natsServer(t)
+	// A port taken between freePort and the server's bind makes a node
+	// exit at once; the cluster then starts again on other ports.
+	for attempt := 1; ; attempt++ {
+		c, err := tryCluster(t, bin)
+		if err == nil {
+			return c
+		}
+		if attempt == 3 {
+			t.Fatalf("start the test cluster: %v", err)
+		}
+		t.Logf("start the test cluster (attempt %d): %v; again on other ports", attempt, err)
+	}
+}
+
+// tryCluster starts the three nodes and waits until each listens for
+// clients, or fails (killing them) when one exits first.
+func tryCluster(t testing.TB, bin string) (*cluster, error) {
 	dir := t.TempDir()
 	const n = 3
 	ports, cports := make([]int, n), make([]int, n)
@@ -88,6 +115,14 @@ authorization { users: [ { user: %s, password: %s } ] }
 		nd.start()
 		c.nodes = append(c.nodes, nd)
 	}
+	for _, nd := range c.nodes {
+		if err := nd.listening(); err != nil {
+			for _, nd := range c.nodes {
+				nd.kill()
+			}
+			return nil, err
+		}
+	}
 	t.Cleanup(func() {
 		for _, nd := range c.nodes {
 			nd.kill()
@@ -103,7 +138,30 @@ authorization { users: [ { user: %s, password: %s } ] }
 			t.Logf("node %s's log (its end):\n%s", nd.name, b)
 		}
 	})
-	return c
+	return c, nil
+}
+
+// listening waits until the node accepts client connections; it fails if
+// the server exits first (a port in use) or takes over a minute.
+func (nd *node) listening() error {
+	addr := strings.TrimPrefix(nd.URL, "nats://")
+	deadline := time.Now().Add(time.Minute)
+	for {
+		select {
+		case <-nd.done:
+			b, _ := os.ReadFile(nd.conf + ".log")
+			return fmt.Errorf("node %s exited at start: %s", nd.name, strings.TrimSpace(string(b)))
+		default:
+		}
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			c.Close()
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("node %s: not listening on %s after a minute", nd.name, addr)
+		}
+		time.Sleep(20 * time.Millisecond) // a poll interval, not a wait for an event
+	}
 }
 
 func (nd *node) start() {
