@@ -300,6 +300,12 @@ func (e *Endpoint) deliver(src EID, tag uint8, typ MsgType, msg []byte) {
 // messages never interleave on the link (some peers, e.g. the QEMU I2C
 // device, reassemble only one message at a time).
 func (e *Endpoint) send(h Header, typ MsgType, msg []byte) error {
+	return e.sendOn(h, typ, msg, false)
+}
+
+// sendOn is send; with try it sends nothing and fails with ErrNoTag when
+// another message is being written (Start must not wait for the link).
+func (e *Endpoint) sendOn(h Header, typ MsgType, msg []byte, try bool) error {
 	if 1+len(msg) > e.maxMsg {
 		return fmt.Errorf("mctp: send %d-byte message, limit %d: %w", 1+len(msg), e.maxMsg, ErrTooLarge)
 	}
@@ -307,7 +313,11 @@ func (e *Endpoint) send(h Header, typ MsgType, msg []byte) error {
 	body[0] = byte(typ)
 	copy(body[1:], msg)
 	pkts := Packetize(h, body, e.mtu)
-	e.wmu.Lock()
+	if !try {
+		e.wmu.Lock()
+	} else if !e.wmu.TryLock() {
+		return fmt.Errorf("another message is being written: %w", ErrNoTag)
+	}
 	defer e.wmu.Unlock()
 	if e.isClosed() {
 		return ErrClosed
@@ -351,7 +361,7 @@ func (e *Endpoint) Request(ctx context.Context, dst EID, typ MsgType, msg []byte
 	if err != nil {
 		return nil, err
 	}
-	p, err := e.begin(dst, typ, tag, msg)
+	p, err := e.begin(dst, typ, tag, msg, false)
 	if err != nil {
 		return nil, err
 	}
@@ -359,8 +369,9 @@ func (e *Endpoint) Request(ctx context.Context, dst EID, typ MsgType, msg []byte
 }
 
 // Start sends msg as Request does but returns as soon as it is written;
-// the Pending's Wait takes the response. It never waits for a tag: with
-// all eight in use for dst it fails with ErrNoTag, having sent nothing.
+// the Pending's Wait takes the response. It never waits for a tag or for
+// the link: with all eight tags in use for dst, or another message being
+// written, it fails with ErrNoTag, having sent nothing.
 // A caller that must not block (one holding a lock others queue for)
 // sends with Start and waits elsewhere.
 func (e *Endpoint) Start(dst EID, typ MsgType, msg []byte) (*Pending, error) {
@@ -371,7 +382,7 @@ func (e *Endpoint) Start(dst EID, typ MsgType, msg []byte) (*Pending, error) {
 	if !ok {
 		return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, ErrNoTag)
 	}
-	return e.begin(dst, typ, tag, msg)
+	return e.begin(dst, typ, tag, msg, true)
 }
 
 // Pending is a request on the link whose response has not been taken.
@@ -397,14 +408,15 @@ func (e *Endpoint) checkRequest(dst EID, msg []byte) error {
 	return nil
 }
 
-// begin registers the response's slot under tag and sends the request.
-// On failure the tag is free again.
-func (e *Endpoint) begin(dst EID, typ MsgType, tag uint8, msg []byte) (*Pending, error) {
+// begin registers the response's slot under tag and sends the request
+// (with try, only if the link is free now). On failure the tag is free
+// again.
+func (e *Endpoint) begin(dst EID, typ MsgType, tag uint8, msg []byte, try bool) (*Pending, error) {
 	p := &Pending{e: e, dst: dst, tag: tag, typ: typ, c: &call{ch: make(chan reply, 1)}}
 	e.mu.Lock()
 	e.pending[pendingKey{dst, tag}] = p.c
 	e.mu.Unlock()
-	if err := e.send(Header{Dst: dst, Src: e.eid, TO: true, Tag: tag}, typ, msg); err != nil {
+	if err := e.sendOn(Header{Dst: dst, Src: e.eid, TO: true, Tag: tag}, typ, msg, try); err != nil {
 		p.end()
 		return nil, fmt.Errorf("mctp: request to EID %d: %w", dst, err)
 	}

@@ -65,8 +65,9 @@ var (
 	ErrTooLarge = errors.New("mctp: message too large")
 	// ErrMalformed: a packet or message does not follow the layout.
 	ErrMalformed = errors.New("mctp: malformed")
-	// ErrNoTag: Start found all eight tags for the destination in use
-	// (Request waits for one instead). Nothing was sent.
+	// ErrNoTag: Start found all eight tags for the destination in use, or
+	// the link busy writing another message (Request waits instead).
+	// Nothing was sent.
 	ErrNoTag = errors.New("mctp: no free tag")
 )
 

@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
+	"runtime"
+	"strings"
 	"testing"
 )
 
@@ -81,5 +84,70 @@ func TestStartNeverWaitsForATag(t *testing.T) {
 		if m == "ninth" {
 			t.Error("the refused ninth request reached the device")
 		}
+	}
+}
+
+// TestStartNeverWaitsForTheLink: while another message is being written
+// (here: stuck on a link nobody reads), Start fails at once with ErrNoTag
+// and sends nothing; once the link drains it works.
+func TestStartNeverWaitsForTheLink(t *testing.T) {
+	a, b := Pipe()
+	fm := NewEndpoint(a, Config{EID: fmEID}, nil)
+	start(t, fm)
+	dev := NewEndpoint(b, Config{EID: devEID, MessageTypes: []MsgType{MsgTypeFMAPI, MsgTypeCXLCCI}}, echo)
+	// Three large requests hold more packets than the pipe does: one of
+	// them blocks inside its write, holding the link.
+	const big = 3
+	done := make(chan error, big)
+	for range big {
+		go func() {
+			_, err := fm.Request(withTimeout(t), devEID, MsgTypeCXLCCI, make([]byte, 1000))
+			done <- err
+		}()
+	}
+	// Until the three hold their tags and one of them the link.
+	for {
+		fm.mu.Lock()
+		n := bits.OnesCount8(fm.tagsUsed[devEID])
+		fm.mu.Unlock()
+		if n == big && !fm.wmu.TryLock() {
+			break
+		} else if n == big {
+			fm.wmu.Unlock()
+		}
+		runtime.Gosched()
+	}
+	var early []*Pending // Starts that went out before the link was stuck
+	for {
+		p, err := fm.Start(devEID, MsgTypeCXLCCI, []byte("small"))
+		if err == nil {
+			early = append(early, p)
+			continue
+		}
+		if !errors.Is(err, ErrNoTag) {
+			t.Fatalf("Start while the link is stuck: %v", err)
+		}
+		if !strings.Contains(err.Error(), "being written") {
+			t.Fatalf("Start refused for another reason than the busy link: %v", err)
+		}
+		break
+	}
+	start(t, dev) // the device reads: the link drains
+	for range big {
+		if err := <-done; err != nil {
+			t.Fatalf("a large request: %v", err)
+		}
+	}
+	for _, p := range early {
+		if _, err := p.Wait(withTimeout(t)); err != nil {
+			t.Errorf("Wait of an early Start: %v", err)
+		}
+	}
+	p, err := fm.Start(devEID, MsgTypeCXLCCI, []byte("after"))
+	if err != nil {
+		t.Fatalf("Start once the link drained: %v", err)
+	}
+	if got, err := p.Wait(withTimeout(t)); err != nil || string(got) != "re:after" {
+		t.Errorf("Wait: got %q, %v; want %q", got, err, "re:after")
 	}
 }
