@@ -88,10 +88,14 @@ func (r *rig) agentAt(t testing.TB, ld int, user string) *agent.LocalClient {
 	return r.agentWith(t, ld, user, agent.Config{})
 }
 
-// agentWith is agentAt with cfg's Heartbeat and Version.
+// agentWith is agentAt with cfg's Heartbeat, Version and, if set, Backend
+// (else head ld's).
 func (r *rig) agentWith(t testing.TB, ld int, user string, cfg agent.Config) *agent.LocalClient {
 	t.Helper()
-	cfg.Backend, cfg.Box = r.backends[ld], r.boxClient(t, user, apitest.UserPassword)
+	if cfg.Backend == nil {
+		cfg.Backend = r.backends[ld]
+	}
+	cfg.Box = r.boxClient(t, user, apitest.UserPassword)
 	a, err := agent.New(t.Context(), cfg)
 	if err != nil {
 		t.Fatal(err)

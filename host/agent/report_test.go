@@ -13,6 +13,7 @@ import (
 	"cxlpool/dcd"
 	"cxlpool/host/agent"
 	"cxlpool/host/report"
+	"cxlpool/host/vbox"
 )
 
 // hostState polls the box until the Memory of system holding conn shows
@@ -109,9 +110,26 @@ func TestReleaseWaitsForProgram(t *testing.T) {
 
 // A detach of memory in use is refused (the box hears it), and one that
 // waits and is given up releases nothing; it succeeds once unmapped.
+// releaseCalls is head 0's backend, saying on calls each time the agent
+// asked it to release a tag.
+type releaseCalls struct {
+	*vbox.Backend
+	calls chan struct{}
+}
+
+func (b *releaseCalls) Release(ctx context.Context, tag string, force bool) error {
+	err := b.Backend.Release(ctx, tag, force)
+	select {
+	case b.calls <- struct{}{}:
+	default:
+	}
+	return err
+}
+
 func TestDetachBusyAndWait(t *testing.T) {
 	r := newRig(t)
-	a := r.agentAt(t, 0, apitest.UserHost0)
+	be := &releaseCalls{Backend: r.backends[0], calls: make(chan struct{}, 1)}
+	a := r.agentWith(t, 0, apitest.UserHost0, agent.Config{Backend: be})
 	admin := r.boxClient(t, "admin", apitest.AdminPassword)
 	at, err := a.Attach(ctxT(t), agent.AttachRequest{SizeBytes: 256 << 20, Name: "kv"})
 	if err != nil {
@@ -128,13 +146,18 @@ func TestDetachBusyAndWait(t *testing.T) {
 	hostState(t, admin, "Host0", at.Connection, "ReleaseRefusedInUse")
 
 	// The user gives up (Ctrl-C: the request ends): the agent clears the
-	// refusal and releases nothing.
+	// refusal and releases nothing. The box shows the refusal already
+	// (the first detach's), so the give-up waits until this detach has
+	// asked the backend itself: a detach given up before it started
+	// leaves that refusal standing, rightly.
+	<-be.calls // the first detach's
 	ctx, cancel := context.WithCancel(ctxT(t))
 	gaveUp := make(chan error, 1)
 	go func() {
 		_, err := a.Detach(ctx, at.Tag, agent.DetachOptions{Wait: true})
 		gaveUp <- err
 	}()
+	<-be.calls
 	hostState(t, admin, "Host0", at.Connection, "ReleaseRefusedInUse")
 	cancel()
 	if err := <-gaveUp; err == nil {
