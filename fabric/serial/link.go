@@ -116,24 +116,7 @@ func (l *Link) publish() {
 // WritePacket frames p and writes the frame with a single Write call, so
 // concurrent writers never interleave frames on the stream.
 func (l *Link) WritePacket(p []byte) error {
-	if len(p) > l.max {
-		return fmt.Errorf("serial: write: packet of %d bytes above link maximum %d: %w",
-			len(p), l.max, ErrPacketSize)
-	}
-	l.wmu.Lock()
-	defer l.wmu.Unlock()
-	frame, err := AppendFrame(l.wbuf[:0], p)
-	if err != nil {
-		return err
-	}
-	l.wbuf = frame
-	if _, err := l.rw.Write(frame); err != nil {
-		return fmt.Errorf("serial: write: %w", err)
-	}
-	l.smu.Lock()
-	l.stats.Sent++
-	l.smu.Unlock()
-	return nil
+	return l.WritePackets([][]byte{p})
 }
 
 // WritePackets frames every packet of ps into one buffer and writes it
