@@ -208,7 +208,11 @@ func (m *Manager) settle(ctx context.Context, host HostID, tag cci.Tag, c *Chunk
 	case GrantAdding:
 		switch st {
 		case addPending:
-			m.spawnFlow(ctx, *g, c.Tag, flowAdd, func(ctx context.Context) Grant { return m.runAdd(ctx, *g, *c, false, true, nil, nil) })
+			m.spawnFlow(ctx, *g, c.Tag, flowAdd, func(ctx context.Context) Grant {
+				var out Grant
+				m.runAdd(ctx, *g, *c, false, true, nil, nil, func(g Grant) { out = g }) // without an intent, done runs before runAdd returns
+				return out
+			})
 			rep.Resumed++
 		case addAccepted:
 			m.completeGrant(ctx, *g, exts)
