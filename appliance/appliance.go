@@ -19,8 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"cxlpool/bmc/usblink"
 	"cxlpool/dcd"
 	"cxlpool/dcd/sqlite"
@@ -239,9 +237,9 @@ func dialDevice(ctx context.Context, addr string, log *slog.Logger) (io.ReadWrit
 }
 
 // startSim starts the in-process virtual box and returns the byte stream
-// that carries DSP0253 frames to it: one end of a socketpair whose other
-// end the box serves, so the daemon speaks exactly the bytes it would
-// speak to hardware.
+// that carries DSP0253 frames to it: one end of an in-memory pipe
+// (sim.Pipe) whose other end the box serves, so the daemon speaks exactly
+// the bytes it would speak to hardware, without a system call per message.
 func (a *Appliance) startSim(ctx context.Context) (io.ReadWriteCloser, error) {
 	scfg := a.cfg.Sim
 	if scfg.Logger == nil {
@@ -253,10 +251,7 @@ func (a *Appliance) startSim(ctx context.Context) (io.ReadWriteCloser, error) {
 	}
 	a.Box = box
 	a.closers = append(a.closers, box.Close)
-	ours, theirs, err := socketPair()
-	if err != nil {
-		return nil, fmt.Errorf("appliance: virtual box link: %w", err)
-	}
+	ours, theirs := sim.Pipe()
 	sctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	done := make(chan struct{})
 	go func() {
@@ -267,29 +262,6 @@ func (a *Appliance) startSim(ctx context.Context) (io.ReadWriteCloser, error) {
 	}()
 	a.closers = append(a.closers, func() error { cancel(); theirs.Close(); <-done; return nil })
 	return ours, nil
-}
-
-func socketPair() (net.Conn, net.Conn, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, nil, err
-	}
-	conn := func(fd int, name string) (net.Conn, error) {
-		f := os.NewFile(uintptr(fd), name)
-		defer f.Close() // net.FileConn dups the descriptor
-		return net.FileConn(f)
-	}
-	c0, err := conn(fds[0], "fm")
-	if err != nil {
-		unix.Close(fds[1])
-		return nil, nil, err
-	}
-	c1, err := conn(fds[1], "box")
-	if err != nil {
-		c0.Close()
-		return nil, nil, err
-	}
-	return c0, c1, nil
 }
 
 // openExports maps the pool's memory and creates the export service.
