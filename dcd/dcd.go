@@ -223,6 +223,13 @@ type Ledger interface {
 	Close() error
 }
 
+// GrantChunkReader is a Ledger that reads a grant and its chunk in one
+// read transaction (a release needs both before it starts: one snapshot
+// is half the reads).
+type GrantChunkReader interface {
+	GrantAndChunk(ctx context.Context, id GrantID) (Grant, Chunk, error)
+}
+
 // StagedGranter is a Ledger that can tell a grant intent's commit (every
 // later transaction sees it) from its durability, so the Manager records
 // the host's answer while the intent is still being made durable. It

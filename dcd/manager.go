@@ -111,8 +111,12 @@ type Manager struct {
 	cfg Config
 	log *slog.Logger
 
-	mu          sync.Mutex
-	box         fabric.Box
+	mu  sync.Mutex
+	box fabric.Box
+	// regions is the ledger's regions as of the last inventory this
+	// Manager recorded (only that changes them), so a reservation does
+	// not read them again; nil until then.
+	regions     []Region
 	hostMu      map[HostID]*sync.Mutex
 	chunkMu     map[ChunkID]*sync.Mutex
 	waiters     map[HostID]map[chan fabric.Event]struct{}
@@ -238,8 +242,12 @@ func (m *Manager) adoptBox(ctx context.Context, box fabric.Box) error {
 	if err := m.cfg.Ledger.SyncInventory(ctx, inv); err != nil {
 		return fmt.Errorf("dcd: record inventory: %w", err)
 	}
+	regions, err := m.cfg.Ledger.Regions(ctx)
+	if err != nil {
+		return fmt.Errorf("dcd: read the recorded regions: %w", err)
+	}
 	m.mu.Lock()
-	m.box = box
+	m.box, m.regions = box, regions
 	m.mu.Unlock()
 	m.log.Info("device discovered", "serial", fmt.Sprintf("%#x", box.Identity.Serial),
 		"heads", len(box.Heads), "regions", len(box.Regions), "dynamic_bytes", box.TotalDynamic)
@@ -349,9 +357,14 @@ func (m *Manager) Reserve(ctx context.Context, r ReserveRequest) (Chunk, error) 
 	if r.Size == 0 {
 		return Chunk{}, fmt.Errorf("reserve: size must be positive: %w", ErrInvalid)
 	}
-	regions, err := m.cfg.Ledger.Regions(ctx)
-	if err != nil {
-		return Chunk{}, fmt.Errorf("reserve: %w", err)
+	m.mu.Lock()
+	regions := m.regions
+	m.mu.Unlock()
+	if regions == nil {
+		var err error
+		if regions, err = m.cfg.Ledger.Regions(ctx); err != nil {
+			return Chunk{}, fmt.Errorf("reserve: %w", err)
+		}
 	}
 	var tried bool
 	lastErr := fmt.Errorf("reserve: no region matches: %w", ErrInvalid)
@@ -573,11 +586,7 @@ func (m *Manager) BeginRelease(ctx context.Context, id GrantID) (Grant, error) {
 // is forced from the first command) and reason, when the ledger can keep
 // one (ReasonedReleaser), records why the release was started.
 func (m *Manager) beginRelease(ctx context.Context, id GrantID, forced bool, reason string) (Grant, error) {
-	g, err := m.cfg.Ledger.Grant(ctx, id)
-	if err != nil {
-		return g, fmt.Errorf("release grant %d: %w", id, err)
-	}
-	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
+	g, c, err := m.grantAndChunk(ctx, id)
 	if err != nil {
 		return g, fmt.Errorf("release grant %d: %w", id, err)
 	}
@@ -605,6 +614,20 @@ func (m *Manager) beginRelease(ctx context.Context, id GrantID, forced bool, rea
 	m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &g, Message: "releasing"})
 	m.spawnFlow(ctx, g, c.Tag, flowRelease, func(ctx context.Context) Grant { return m.runRelease(ctx, g, c, false, forced) })
 	return g, nil
+}
+
+// grantAndChunk reads grant id and its chunk, in one read transaction when
+// the ledger can (GrantChunkReader).
+func (m *Manager) grantAndChunk(ctx context.Context, id GrantID) (Grant, Chunk, error) {
+	if r, ok := m.cfg.Ledger.(GrantChunkReader); ok {
+		return r.GrantAndChunk(ctx, id)
+	}
+	g, err := m.cfg.Ledger.Grant(ctx, id)
+	if err != nil {
+		return g, Chunk{}, err
+	}
+	c, err := m.cfg.Ledger.Chunk(ctx, g.Chunk)
+	return g, c, err
 }
 
 // ForceRelease is an administrator's forced release of grant id: a

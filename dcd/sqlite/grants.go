@@ -473,6 +473,25 @@ func (l *Ledger) Grant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 	return g, nil
 }
 
+// GrantAndChunk returns grant id and its chunk from one snapshot
+// (dcd.GrantChunkReader).
+func (l *Ledger) GrantAndChunk(ctx context.Context, id dcd.GrantID) (dcd.Grant, dcd.Chunk, error) {
+	var g dcd.Grant
+	var c dcd.Chunk
+	err := l.read(ctx, func(tx *Tx) error {
+		var err error
+		if g, err = getGrant(ctx, tx, id); err != nil {
+			return err
+		}
+		c, err = getChunk(ctx, tx, g.Chunk)
+		return err
+	})
+	if err != nil {
+		return dcd.Grant{}, dcd.Chunk{}, fmt.Errorf("ledger: %w", err)
+	}
+	return g, c, nil
+}
+
 // Grants returns the grants f selects, with their extents, by ID.
 func (l *Ledger) Grants(ctx context.Context, f dcd.GrantFilter) ([]dcd.Grant, error) {
 	var where []string

@@ -188,6 +188,7 @@ func prepareOn(ctx context.Context, db interface {
 var _ dcd.Ledger = (*Ledger)(nil)
 var _ dcd.ReasonedReleaser = (*Ledger)(nil)
 var _ dcd.StagedGranter = (*Ledger)(nil)
+var _ dcd.GrantChunkReader = (*Ledger)(nil)
 
 // busyTimeout is how long SQLite itself waits for a lock held by another
 // process (an admin tool, a backup) before reporting SQLITE_BUSY.

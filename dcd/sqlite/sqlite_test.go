@@ -610,3 +610,43 @@ func TestPlacementMigration(t *testing.T) {
 		t.Errorf("idle chunk placed at its grant (-want +got):\n%s", diff)
 	}
 }
+
+// TestGrantAndChunk: the one-snapshot read returns what Grant and Chunk
+// return apart, and an unknown grant is ErrNotFound.
+func TestGrantAndChunk(t *testing.T) {
+	l, _ := openTemp(t, Options{})
+	defer l.Close()
+	ctx := t.Context()
+	if err := l.SyncInventory(ctx, ledgertest.Inventory()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.CreateChunk(ctx, dcd.Chunk{Region: ledgertest.Region0, Size: ledgertest.Block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := l.BeginGrant(ctx, c.ID, 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantG, err := l.Grant(ctx, g.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantC, err := l.Chunk(ctx, c.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gotG, gotC, err := l.GrantAndChunk(ctx, g.ID)
+	if err != nil {
+		t.Fatalf("GrantAndChunk: %v", err)
+	}
+	if diff := cmp.Diff(wantG, gotG); diff != "" {
+		t.Errorf("grant (-Grant +GrantAndChunk):\n%s", diff)
+	}
+	if diff := cmp.Diff(wantC, gotC); diff != "" {
+		t.Errorf("chunk (-Chunk +GrantAndChunk):\n%s", diff)
+	}
+	if _, _, err := l.GrantAndChunk(ctx, g.ID+100); !errors.Is(err, dcd.ErrNotFound) {
+		t.Errorf("unknown grant: got %v, want ErrNotFound", err)
+	}
+}
