@@ -3,7 +3,6 @@ package dcd_test
 import (
 	"context"
 	"errors"
-	"net"
 	"path/filepath"
 	"testing"
 	"time"
@@ -43,8 +42,8 @@ func (l *lateDurable) BeginGrantStaged(ctx context.Context, chunk dcd.ChunkID, h
 	}, nil
 }
 
-// lateDurableManager runs a Manager over led and a virtual box on a Unix
-// socket.
+// lateDurableManager runs a Manager over a lateDurable ledger and a
+// virtual box in this process.
 func lateDurableManager(t *testing.T, fail error) (*dcd.Manager, *sim.Box, *sqlite.Ledger) {
 	t.Helper()
 	log := testLogger(t)
@@ -53,20 +52,12 @@ func lateDurableManager(t *testing.T, fail error) (*dcd.Manager, *sim.Box, *sqli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { box.Close() })
-	sock := filepath.Join(t.TempDir(), "box.sock")
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ours, theirs := sim.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
 	served := make(chan struct{})
-	go func() { defer close(served); box.ServeListener(ctx, ln) }()
-	t.Cleanup(func() { cancel(); <-served })
-	rw, err := serial.Dial(ctx, "unix:"+sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dev, err := fm.Open(ctx, serial.NewLink(rw, serial.LinkConfig{Logger: log}), fm.Config{Logger: log})
+	go func() { defer close(served); box.ServeConn(ctx, theirs) }()
+	t.Cleanup(func() { cancel(); theirs.Close(); <-served })
+	dev, err := fm.Open(ctx, serial.NewLink(ours, serial.LinkConfig{Logger: log}), fm.Config{Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}
