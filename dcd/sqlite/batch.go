@@ -53,11 +53,13 @@ type writer struct {
 	leading bool
 }
 
-// writeJob is one caller's write transaction.
+// writeJob is one caller's write transaction, or a read that runs on the
+// writer's connection (readOnWriter).
 type writeJob struct {
 	ctx  context.Context
 	fn   func(*Tx) error
 	done chan writeResult // buffered: the leader never blocks on it
+	read bool             // fn only reads: no savepoint, no write lock alone
 }
 
 // writeResult ends a job's wait: its outcome, or the lead of the next batch.
@@ -70,7 +72,27 @@ type writeResult struct {
 // write runs fn in a write transaction, alone or in a batch, and returns
 // its commit number.
 func (l *Ledger) write(ctx context.Context, fn func(*Tx) error) (uint64, error) {
-	j := &writeJob{ctx: ctx, fn: fn, done: make(chan writeResult, 1)}
+	return l.enqueue(&writeJob{ctx: ctx, fn: fn, done: make(chan writeResult, 1)})
+}
+
+// readOnWriter runs fn, which only reads, on the writer's connection: alone
+// in a deferred read transaction, or inside the batch being committed,
+// after the writes queued before it. A read on a reader connection after
+// any commit finds its page cache dropped (in WAL mode SQLite discards a
+// connection's whole cache when the database changed) and reads every page
+// it touches again, which made the release path's one read cost more CPU
+// than its write; the writer's cache is current. Its answer is given once
+// the batch has committed, so it never reports a batch-mate's change that
+// was then lost, and a retried batch runs fn again. It is for the reads of
+// the grant and release flows, which queue for the writer anyway, never
+// for the API's reads: those must not queue in front of the writes.
+func (l *Ledger) readOnWriter(ctx context.Context, fn func(*Tx) error) error {
+	_, err := l.enqueue(&writeJob{ctx: ctx, fn: fn, done: make(chan writeResult, 1), read: true})
+	return err
+}
+
+// enqueue runs j, alone or in a batch, and returns its commit number.
+func (l *Ledger) enqueue(j *writeJob) (uint64, error) {
 	w := &l.w
 	w.mu.Lock()
 	w.queue = append(w.queue, j)
@@ -113,7 +135,11 @@ func (l *Ledger) write(ctx context.Context, fn func(*Tx) error) (uint64, error) 
 func (l *Ledger) runBatch(jobs []*writeJob) {
 	if len(jobs) == 1 {
 		j := jobs[0]
-		seq, err := l.retryBusy(j.ctx, func() (uint64, error) { return l.runOnce(j.ctx, nil, j.fn) })
+		once := func() (uint64, error) { return l.runOnce(j.ctx, nil, j.fn) }
+		if j.read {
+			once = func() (uint64, error) { return 0, l.runRead(j.ctx, j.fn) }
+		}
+		seq, err := l.retryBusy(j.ctx, once)
 		j.done <- writeResult{seq: seq, err: err}
 		return
 	}
@@ -152,6 +178,11 @@ func (l *Ledger) runJobs(ctx context.Context, tx *Tx, jobs []*writeJob, errs []e
 		errs[i] = nil
 		if err := j.ctx.Err(); err != nil {
 			errs[i] = err
+			continue
+		}
+		if j.read {
+			// Nothing to undo if it fails; its answer waits for COMMIT.
+			errs[i] = j.fn(tx)
 			continue
 		}
 		if _, err := tx.ExecContext(ctx, qSavepoint); err != nil {

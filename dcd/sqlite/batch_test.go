@@ -338,3 +338,107 @@ func TestCrashDuringBatchesKeepsAcknowledgedGrants(t *testing.T) {
 		t.Fatal("the child acknowledged no grant")
 	}
 }
+
+// TestReadOnWriter: a read run on the writer's connection sees what was
+// committed before it, and, queued in a batch, what the batch's earlier
+// transactions changed; its answer comes only once that batch committed,
+// so a batch that fails never shows it a change that was then lost.
+func TestReadOnWriter(t *testing.T) {
+	readKey := func(key string, got *string) func(*Tx) error {
+		return func(tx *Tx) error {
+			return tx.QueryRowContext(t.Context(), `SELECT value FROM meta WHERE key = ?`, key).Scan(got)
+		}
+	}
+	insert := func(key string) func(*Tx) error {
+		return func(tx *Tx) error {
+			_, err := tx.ExecContext(t.Context(), `INSERT INTO meta (key, value) VALUES (?, 'x')`, key)
+			return err
+		}
+	}
+	t.Run("alone", func(t *testing.T) {
+		l, _ := openTemp(t, Options{})
+		defer l.Close()
+		if _, err := l.run(t.Context(), nil, insert("k")); err != nil {
+			t.Fatal(err)
+		}
+		var got string
+		if err := l.readOnWriter(t.Context(), readKey("k", &got)); err != nil || got != "x" {
+			t.Fatalf("read = %q, %v; want x, nil", got, err)
+		}
+		err := l.readOnWriter(t.Context(), readKey("missing", &got))
+		if !errors.Is(err, sql.ErrNoRows) {
+			t.Errorf("read of a missing row: %v, want sql.ErrNoRows", err)
+		}
+		// The writer is free after a failed read.
+		if err := l.Ping(t.Context()); err != nil {
+			t.Fatalf("Ping after a failed read: %v", err)
+		}
+	})
+	for _, tc := range []struct {
+		name       string
+		batchFails bool
+	}{
+		{"in a batch that commits", false},
+		{"in a batch that fails", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, _ := openTemp(t, Options{})
+			defer l.Close()
+			release, held := holdWriter(t, l)
+			var got string
+			var readErr error
+			committedWhenTold := false
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, _ = l.run(context.Background(), nil, insert("k"))
+			}()
+			waitQueued(t, l, 1)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				readErr = l.readOnWriter(context.Background(), readKey("k", &got))
+				if readErr == nil {
+					_, committedWhenTold = metaValue(t, l, "k")
+				}
+			}()
+			waitQueued(t, l, 2)
+			if tc.batchFails {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					_, _ = l.run(context.Background(), nil, func(tx *Tx) error {
+						// SQLite ending the whole transaction, as an I/O
+						// error does.
+						if _, err := tx.ExecContext(t.Context(), `ROLLBACK`); err != nil {
+							return err
+						}
+						return errors.New("the disk failed")
+					})
+				}()
+				waitQueued(t, l, 3)
+			}
+			release()
+			if err := <-held; err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if tc.batchFails {
+				if readErr == nil {
+					t.Errorf("read in a failed batch = %q, nil; want the batch's error", got)
+				}
+				if _, ok := metaValue(t, l, "k"); ok {
+					t.Error("the failed batch's write was committed")
+				}
+				return
+			}
+			if readErr != nil || got != "x" {
+				t.Fatalf("read = %q, %v; want the earlier transaction's x", got, readErr)
+			}
+			if !committedWhenTold {
+				t.Error("the read was answered before its batch committed")
+			}
+		})
+	}
+}

@@ -474,11 +474,12 @@ func (l *Ledger) Grant(ctx context.Context, id dcd.GrantID) (dcd.Grant, error) {
 }
 
 // GrantAndChunk returns grant id and its chunk from one snapshot
-// (dcd.GrantChunkReader).
+// (dcd.GrantChunkReader). It is the release path's read, so it runs on the
+// writer's connection (readOnWriter).
 func (l *Ledger) GrantAndChunk(ctx context.Context, id dcd.GrantID) (dcd.Grant, dcd.Chunk, error) {
 	var g dcd.Grant
 	var c dcd.Chunk
-	err := l.read(ctx, func(tx *Tx) error {
+	err := l.readOnWriter(ctx, func(tx *Tx) error {
 		var err error
 		if g, err = getGrant(ctx, tx, id); err != nil {
 			return err

@@ -491,14 +491,15 @@ func (l *Ledger) runOnce(ctx context.Context, opts *sql.TxOptions, fn func(*Tx) 
 
 // Statements of the writer's own transaction control, prepared on wc.
 const (
-	qBegin    = `BEGIN IMMEDIATE`
-	qCommit   = `COMMIT`
-	qRollback = `ROLLBACK`
+	qBegin     = `BEGIN IMMEDIATE`
+	qBeginRead = `BEGIN DEFERRED`
+	qCommit    = `COMMIT`
+	qRollback  = `ROLLBACK`
 )
 
 // writerStatements are prepared on the writer's connection beside the
 // hot statements: its transaction control and a batch's savepoints.
-var writerStatements = []string{qBegin, qCommit, qRollback, qSavepoint, qRollbackTo, qReleaseSP}
+var writerStatements = []string{qBegin, qBeginRead, qCommit, qRollback, qSavepoint, qRollbackTo, qReleaseSP}
 
 // runWrite runs fn in one write transaction on the writer's connection and
 // returns its commit number. BEGIN IMMEDIATE takes the write lock at once,
@@ -520,6 +521,23 @@ func (l *Ledger) runWrite(ctx context.Context, fn func(*Tx) error) (uint64, erro
 		return 0, l.rollback(err)
 	}
 	return l.commits.Add(1), nil
+}
+
+// runRead runs fn, which only reads, in a deferred transaction on the
+// writer's connection (readOnWriter): it takes no write lock, and its
+// statements see one snapshot.
+func (l *Ledger) runRead(ctx context.Context, fn func(*Tx) error) error {
+	if _, err := l.stmts[qBeginRead].ExecContext(ctx); err != nil {
+		return err
+	}
+	tx := &Tx{wc: l.wc, stmts: l.stmts}
+	if err := fn(tx); err != nil {
+		return l.rollback(err)
+	}
+	if _, err := l.stmts[qCommit].ExecContext(context.WithoutCancel(ctx)); err != nil {
+		return l.rollback(err)
+	}
+	return nil
 }
 
 // rollback ends the writer's transaction after err. SQLite may have ended
