@@ -166,7 +166,6 @@ func (l *Ledger) runBatchOnce(jobs []*writeJob, errs []error) (uint64, error) {
 	// others' work. A caller's context is checked before its fn runs.
 	ctx := context.Background()
 	return l.runWrite(ctx, func(tx *Tx) error {
-		tx.ctx = ctx
 		return l.runJobs(ctx, tx, jobs, errs)
 	})
 }

@@ -442,3 +442,34 @@ func TestReadOnWriter(t *testing.T) {
 		})
 	}
 }
+
+// TestWriteCallerGivesUp: the writer's statements do not follow the
+// caller's context (runWrite), yet a caller that gives up while its
+// transaction runs still has it rolled back, never committed.
+func TestWriteCallerGivesUp(t *testing.T) {
+	l, _ := openTemp(t, Options{})
+	defer l.Close()
+	ctx, cancel := context.WithCancel(t.Context())
+	ran := false
+	_, err := l.run(ctx, nil, func(tx *Tx) error {
+		cancel()
+		// Runs although the caller gave up: a statement is not interrupted.
+		if _, err := tx.ExecContext(ctx, `INSERT INTO meta (key, value) VALUES ('k', 'x')`); err != nil {
+			return err
+		}
+		ran = true
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("run = %v, want context.Canceled", err)
+	}
+	if !ran {
+		t.Error("the statement after the caller gave up was interrupted")
+	}
+	if _, ok := metaValue(t, l, "k"); ok {
+		t.Error("a transaction whose caller gave up was committed")
+	}
+	if err := l.Ping(t.Context()); err != nil {
+		t.Fatalf("Ping after it: %v", err)
+	}
+}

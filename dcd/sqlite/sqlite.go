@@ -99,8 +99,9 @@ type Tx struct {
 	tx    *sql.Tx   // a read transaction; nil in a write transaction
 	wc    *sql.Conn // a write transaction's connection, between BEGIN and COMMIT
 	stmts map[string]*sql.Stmt
-	// ctx, when set, replaces the callers' contexts: a batch's (batch.go),
-	// which no one caller's cancellation may interrupt.
+	// ctx, when set, replaces the callers' contexts: on the writer's
+	// connection statements are not cancelled (runWrite), and a batch's
+	// (batch.go) must not be interrupted by any one caller giving up.
 	ctx context.Context
 }
 
@@ -505,11 +506,22 @@ var writerStatements = []string{qBegin, qBeginRead, qCommit, qRollback, qSavepoi
 // returns its commit number. BEGIN IMMEDIATE takes the write lock at once,
 // so two processes cannot deadlock upgrading read locks. A transaction
 // whose ctx ended before COMMIT is rolled back.
+//
+// Its statements run under a context that cannot be cancelled (stmtCtx), so
+// a caller that gives up stops its transaction before COMMIT, not inside a
+// statement: for a cancellable context the driver starts a goroutine per
+// statement to watch it (and database/sql one more per query), which on
+// two cores cost every transaction of the grant path a wake-up of the
+// other core for each statement, for statements that take microseconds.
 func (l *Ledger) runWrite(ctx context.Context, fn func(*Tx) error) (uint64, error) {
-	if _, err := l.stmts[qBegin].ExecContext(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return 0, err
 	}
-	tx := &Tx{wc: l.wc, stmts: l.stmts}
+	sctx := stmtCtx(ctx)
+	if _, err := l.stmts[qBegin].ExecContext(sctx); err != nil {
+		return 0, err
+	}
+	tx := &Tx{wc: l.wc, stmts: l.stmts, ctx: sctx}
 	if err := fn(tx); err != nil {
 		return 0, l.rollback(err)
 	}
@@ -517,24 +529,32 @@ func (l *Ledger) runWrite(ctx context.Context, fn func(*Tx) error) (uint64, erro
 		return 0, l.rollback(err)
 	}
 	// COMMIT itself is not interrupted: it either happened or not.
-	if _, err := l.stmts[qCommit].ExecContext(context.WithoutCancel(ctx)); err != nil {
+	if _, err := l.stmts[qCommit].ExecContext(sctx); err != nil {
 		return 0, l.rollback(err)
 	}
 	return l.commits.Add(1), nil
 }
 
+// stmtCtx is the context the writer's statements run under: ctx's values
+// without its cancellation (runWrite says why).
+func stmtCtx(ctx context.Context) context.Context { return context.WithoutCancel(ctx) }
+
 // runRead runs fn, which only reads, in a deferred transaction on the
 // writer's connection (readOnWriter): it takes no write lock, and its
 // statements see one snapshot.
 func (l *Ledger) runRead(ctx context.Context, fn func(*Tx) error) error {
-	if _, err := l.stmts[qBeginRead].ExecContext(ctx); err != nil {
+	if err := ctx.Err(); err != nil {
 		return err
 	}
-	tx := &Tx{wc: l.wc, stmts: l.stmts}
+	sctx := stmtCtx(ctx)
+	if _, err := l.stmts[qBeginRead].ExecContext(sctx); err != nil {
+		return err
+	}
+	tx := &Tx{wc: l.wc, stmts: l.stmts, ctx: sctx}
 	if err := fn(tx); err != nil {
 		return l.rollback(err)
 	}
-	if _, err := l.stmts[qCommit].ExecContext(context.WithoutCancel(ctx)); err != nil {
+	if _, err := l.stmts[qCommit].ExecContext(sctx); err != nil {
 		return l.rollback(err)
 	}
 	return nil
