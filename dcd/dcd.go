@@ -230,6 +230,18 @@ type GrantChunkReader interface {
 	GrantAndChunk(ctx context.Context, id GrantID) (Grant, Chunk, error)
 }
 
+// QueuedCompleter is a Ledger that can order a grant's outcome before
+// everything that follows it as soon as the outcome is queued, before it
+// commits: whatever anyone writes or reads after queued was called sees
+// the grant granted. The Manager answers the grant's caller then, so the
+// outcome's transaction is not part of the grant's latency.
+type QueuedCompleter interface {
+	// CompleteGrantQueued is CompleteGrant calling queued, with the
+	// grant's new Updated time, once the outcome is ordered before every
+	// later write and read of the ledger (it may not have committed yet).
+	CompleteGrantQueued(ctx context.Context, id GrantID, extents []cci.Extent, queued func(updated time.Time)) (Grant, error)
+}
+
 // StagedGranter is a Ledger that can tell a grant intent's commit (every
 // later transaction sees it) from its durability, so the Manager records
 // the host's answer while the intent is still being made durable. It

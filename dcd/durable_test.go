@@ -42,9 +42,15 @@ func (l *lateDurable) BeginGrantStaged(ctx context.Context, chunk dcd.ChunkID, h
 	}, nil
 }
 
-// lateDurableManager runs a Manager over a lateDurable ledger and a
-// virtual box in this process.
+// lateDurableManager runs a Manager over a lateDurable ledger.
 func lateDurableManager(t *testing.T, fail error) (*dcd.Manager, *sim.Box, *sqlite.Ledger) {
+	t.Helper()
+	return sqliteManager(t, func(sl *sqlite.Ledger) dcd.Ledger { return &lateDurable{Ledger: sl, fail: fail} })
+}
+
+// sqliteManager runs a Manager over wrap's ledger around a SQLite ledger
+// and a virtual box in this process.
+func sqliteManager(t *testing.T, wrap func(*sqlite.Ledger) dcd.Ledger) (*dcd.Manager, *sim.Box, *sqlite.Ledger) {
 	t.Helper()
 	log := testLogger(t)
 	box, err := sim.New(sim.DefaultConfig())
@@ -67,7 +73,7 @@ func lateDurableManager(t *testing.T, fail error) (*dcd.Manager, *sim.Box, *sqli
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { sl.Close() })
-	m, err := dcd.NewManager(dcd.Config{Ledger: &lateDurable{Ledger: sl, fail: fail}, Device: dev, Logger: log,
+	m, err := dcd.NewManager(dcd.Config{Ledger: wrap(sl), Device: dev, Logger: log,
 		AddTimeout: 2 * time.Second, ReleaseTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -473,6 +474,7 @@ func (m *Manager) beginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 			return
 		}
 		flow = f
+		ic.tell = f.tell
 		// Registered before the add goes out, so reconcile leaves the
 		// offer to this flow (settle's flowOn).
 		early := m.startAdd(g, in.Chunk, in.Others)
@@ -520,11 +522,14 @@ func (m *Manager) beginGrant(ctx context.Context, chunk ChunkID, host HostID) (G
 // whether it is durable (the flow may tell anyone).
 type intentCommit struct {
 	committed chan error
+	// tell answers the grant's caller before the flow ends (flight.tell);
+	// nil when nobody waits on a flight.
+	tell func(Grant)
 
 	mu     sync.Mutex
-	known  bool        // durability is known: err says how it went
-	err    error       // why the intent is not durable
-	parked func(error) // the flow's rest, waiting for durability
+	known  bool          // durability is known: err says how it went
+	err    error         // why the intent is not durable
+	parked []func(error) // the flow's rests, waiting for durability, in order
 }
 
 // report says whether the intent is durable. A flow parked waiting for it
@@ -534,14 +539,18 @@ type intentCommit struct {
 func (ic *intentCommit) report(err error) {
 	ic.mu.Lock()
 	ic.known, ic.err = true, err
-	rest := ic.parked
+	rests := ic.parked
 	ic.parked = nil
 	ic.mu.Unlock()
-	switch {
-	case rest == nil:
-	case err != nil:
-		go rest(err)
-	default:
+	if err != nil {
+		go func() {
+			for _, rest := range rests {
+				rest(err)
+			}
+		}()
+		return
+	}
+	for _, rest := range rests {
 		rest(nil)
 	}
 }
@@ -551,7 +560,7 @@ func (ic *intentCommit) report(err error) {
 func (ic *intentCommit) then(rest func(error)) {
 	ic.mu.Lock()
 	if !ic.known {
-		ic.parked = rest
+		ic.parked = append(ic.parked, rest)
 		ic.mu.Unlock()
 		return
 	}
@@ -671,6 +680,17 @@ type flight struct {
 	kind  flowKind
 	done  chan struct{}
 	final Grant // the grant as the flow left it; valid once done is closed
+	// told is closed when the flow answered its caller before it ended
+	// (a grant whose outcome is queued, recordCompleteQueued); answer is
+	// valid once it is.
+	told   chan struct{}
+	answer Grant
+}
+
+// tell answers the flow's waiters with g before the flow ends.
+func (f *flight) tell(g Grant) {
+	f.answer = g
+	close(f.told)
 }
 
 // flowKind says what a flow drives a grant towards.
@@ -700,7 +720,7 @@ func (m *Manager) addFlight(g Grant, tag cci.Tag, kind flowKind) (*flight, bool)
 	if _, ok := m.flights[g.ID]; ok {
 		return nil, false
 	}
-	f := &flight{kind: kind, done: make(chan struct{})}
+	f := &flight{kind: kind, done: make(chan struct{}), told: make(chan struct{})}
 	m.flights[g.ID] = f
 	m.flows[key] = f
 	if kind == flowAdd {
@@ -761,6 +781,14 @@ func (m *Manager) awaitFlight(ctx context.Context, id GrantID, from GrantState, 
 	case <-ctx.Done():
 		return Grant{ID: id, State: from}, ctx.Err()
 	case <-f.done:
+	case <-f.told:
+	}
+	select {
+	case <-f.told:
+		// What the flow told is what the device did, even if recording it
+		// failed afterwards (reconcile records it then).
+		return f.answer, grantErr(f.answer)
+	default:
 	}
 	if f.final.State != from {
 		return f.final, grantErr(f.final)
@@ -853,6 +881,10 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 	case why != nil:
 		out, announce = m.recordFail(ctx, g, why)
 	default:
+		if qc, ok := m.cfg.Ledger.(QueuedCompleter); ok && intent != nil && intent.tell != nil {
+			out, announce = m.recordCompleteQueued(ctx, qc, g, accepted, intent)
+			break
+		}
 		out, announce = m.recordComplete(ctx, g, accepted)
 	}
 	if intent == nil {
@@ -1159,6 +1191,38 @@ func (m *Manager) recordComplete(ctx context.Context, g Grant, exts []cci.Extent
 	ng, err := m.cfg.Ledger.CompleteGrant(ctx, g.ID, exts)
 	if err != nil {
 		m.log.Error("recording granted capacity", "grant", g.ID, "err", err)
+		return g, func() {}
+	}
+	return ng, func() {
+		m.log.Info("capacity granted", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "bytes", ng.Size(), "extents", len(exts))
+		m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "granted"})
+	}
+}
+
+// recordCompleteQueued is recordComplete telling the grant's caller as
+// soon as the outcome is queued for the ledger's writer and the intent is
+// durable, instead of after the outcome's commit: that transaction is off
+// the grant's latency (a fifth of it on two cores). What a crash may lose
+// is unchanged (the outcome was never made durable before the answer:
+// reconcile rebuilds it from the device), and nobody sees the grant still
+// adding after the answer: writes queue behind the outcome, reads wait for
+// it (QueuedCompleter), and the flow holds the chunk's and host's locks
+// until it is recorded. If recording fails the caller has still been told
+// what the host accepted, which is the device's state, and reconcile
+// records it.
+func (m *Manager) recordCompleteQueued(ctx context.Context, qc QueuedCompleter, g Grant, exts []cci.Extent, intent *intentCommit) (Grant, func()) {
+	ng, err := qc.CompleteGrantQueued(ctx, g.ID, exts, func(updated time.Time) {
+		told := g
+		told.State, told.Extents, told.Updated = GrantGranted, slices.Clone(exts), updated
+		intent.then(func(err error) {
+			if err == nil {
+				intent.tell(told)
+			}
+		})
+	})
+	if err != nil {
+		m.log.Error("recording granted capacity", "grant", g.ID, "err", err)
+		m.requestReconcile()
 		return g, func() {}
 	}
 	return ng, func() {

@@ -60,6 +60,9 @@ type writeJob struct {
 	fn   func(*Tx) error
 	done chan writeResult // buffered: the leader never blocks on it
 	read bool             // fn only reads: no savepoint, no write lock alone
+	// queued, if set, is called once the job is in the queue: every write
+	// queued after it runs after it (writeQueued).
+	queued func()
 }
 
 // writeResult ends a job's wait: its outcome, or the lead of the next batch.
@@ -73,6 +76,14 @@ type writeResult struct {
 // its commit number.
 func (l *Ledger) write(ctx context.Context, fn func(*Tx) error) (uint64, error) {
 	return l.enqueue(&writeJob{ctx: ctx, fn: fn, done: make(chan writeResult, 1)})
+}
+
+// writeQueued is write calling queued once fn's transaction is in the
+// writer's queue, before it runs: any write queued after that call runs
+// after fn's, so a caller may act on fn's result (tell someone) while it
+// commits, as long as reads are fenced (readFence).
+func (l *Ledger) writeQueued(ctx context.Context, fn func(*Tx) error, queued func()) (uint64, error) {
+	return l.enqueue(&writeJob{ctx: ctx, fn: fn, done: make(chan writeResult, 1), queued: queued})
 }
 
 // readOnWriter runs fn, which only reads, on the writer's connection: alone
@@ -99,6 +110,9 @@ func (l *Ledger) enqueue(j *writeJob) (uint64, error) {
 	lead := !w.leading
 	w.leading = true
 	w.mu.Unlock()
+	if j.queued != nil {
+		j.queued()
+	}
 	if !lead {
 		// Not on ctx: once queued, the job runs or is refused by the
 		// leader (which checks ctx first), never left half done.

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
@@ -264,6 +265,18 @@ func (l *Ledger) CompleteGrant(ctx context.Context, id dcd.GrantID, extents []cc
 	})
 }
 
+// CompleteGrantQueued is CompleteGrant calling queued, with the grant's new
+// Updated time, once the outcome is queued for the writer and before it
+// commits (dcd.QueuedCompleter): any write queued after that runs after
+// it, and any read that begins after it waits for it (readFence).
+func (l *Ledger) CompleteGrantQueued(ctx context.Context, id dcd.GrantID, extents []cci.Extent, queued func(updated time.Time)) (dcd.Grant, error) {
+	return l.move(ctx, "complete grant", id, move{
+		from: fromAdding, to: dcd.GrantGranted,
+		setExtents: true, extents: extents, derivable: true,
+		queued: queued,
+	})
+}
+
 // FailGrant moves adding → failed.
 func (l *Ledger) FailGrant(ctx context.Context, id dcd.GrantID, reason string) (dcd.Grant, error) {
 	return l.move(ctx, "fail grant", id, move{
@@ -317,6 +330,9 @@ type move struct {
 	// (adding → granted/failed, releasing → released): they commit
 	// without waiting for fsync, see relaxedTx.
 	derivable bool
+	// queued, if set, is called with the grant's new Updated time once a
+	// derivable move is in the writer's queue (CompleteGrantQueued).
+	queued func(updated time.Time)
 }
 
 func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (dcd.Grant, error) {
@@ -328,11 +344,27 @@ func (l *Ledger) move(ctx context.Context, op string, id dcd.GrantID, m move) (d
 	if m.derivable {
 		run = l.relaxedTx
 	}
+	// A move told at queueing records the time it told, in every attempt.
+	at := l.now()
+	if m.queued != nil {
+		if !m.derivable {
+			return dcd.Grant{}, fmt.Errorf("ledger: %s %d: only an outcome the device can rebuild is told before it commits", op, id)
+		}
+		t := l.fence.take()
+		defer l.fence.put(t)
+		run = func(ctx context.Context, fn func(*Tx) error) error {
+			_, err := l.writeQueued(ctx, fn, func() { m.queued(at) })
+			return err
+		}
+	}
 	err := run(ctx, func(tx *Tx) error {
 		// The common case in one statement: the grant is in a source
 		// state, so update it and read it back together. Only when that
 		// matches nothing does the slow path find out why.
-		now := l.now()
+		now := at
+		if m.queued == nil {
+			now = l.now()
+		}
 		g = dcd.Grant{ID: id, State: m.to, Updated: now}
 		var created int64
 		err := tx.QueryRowContext(ctx, qMove(m.from), m.to, m.setReason, m.reason, unixNano(now), id).

@@ -79,6 +79,8 @@ type Ledger struct {
 	// w queues write transactions for the connection and batches them
 	// (batch.go).
 	w writer
+	// fence keeps reads behind outcomes already told (readFence).
+	fence readFence
 }
 
 // groupSync lets concurrent durable commits share one fsync: one caller
@@ -441,6 +443,9 @@ func (l *Ledger) syncWAL() error {
 // read runs fn in one read transaction, so multi-query reads see one
 // snapshot.
 func (l *Ledger) read(ctx context.Context, fn func(*Tx) error) error {
+	if err := l.fence.wait(ctx); err != nil {
+		return err
+	}
 	_, err := l.run(ctx, &sql.TxOptions{ReadOnly: true}, fn)
 	return err
 }

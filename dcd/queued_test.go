@@ -1,0 +1,79 @@
+package dcd_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"cxlpool/fabric/cci"
+	"cxlpool/dcd"
+	"cxlpool/dcd/sqlite"
+)
+
+// gatedOutcome is a ledger whose queued grant outcomes wait for gate
+// before they run, so a test sees the moment between a caller being told
+// and the outcome committing.
+type gatedOutcome struct {
+	*sqlite.Ledger
+	gate chan struct{}
+}
+
+func (l *gatedOutcome) CompleteGrantQueued(ctx context.Context, id dcd.GrantID, exts []cci.Extent, queued func(time.Time)) (dcd.Grant, error) {
+	return l.Ledger.CompleteGrantQueued(ctx, id, exts, func(at time.Time) {
+		queued(at)
+		<-l.gate
+	})
+}
+
+// TestGrantToldBeforeItsOutcomeCommits: a grant's caller is answered once
+// the host accepted, the intent is durable and the outcome is queued, not
+// after the outcome committed; yet no read after the answer finds the grant
+// still adding, what the ledger records is exactly what the caller was told,
+// and the grant can be released at once.
+func TestGrantToldBeforeItsOutcomeCommits(t *testing.T) {
+	gate := make(chan struct{})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(gate) }) }
+	m, _, led := sqliteManager(t, func(sl *sqlite.Ledger) dcd.Ledger { return &gatedOutcome{Ledger: sl, gate: gate} })
+	// Registered after the Manager's, so it runs before them: a failing
+	// test still lets the flow finish before the Manager is waited for.
+	t.Cleanup(open)
+	ctx := ctxT(t)
+	c, err := m.Reserve(ctx, dcd.ReserveRequest{Size: blk, Region: 0})
+	if err != nil {
+		t.Fatalf("Reserve: %v", err)
+	}
+	told, err := m.Grant(ctx, c.ID, 4)
+	if err != nil || told.State != dcd.GrantGranted || told.Size() != blk {
+		t.Fatalf("Grant (outcome not yet committed): got %s with %d bytes, %v; want granted with %d", told.State, told.Size(), err, blk)
+	}
+
+	type result struct {
+		g   dcd.Grant
+		err error
+	}
+	read := make(chan result, 1)
+	go func() {
+		g, err := led.Grant(ctx, told.ID)
+		read <- result{g, err}
+	}()
+	select {
+	case r := <-read:
+		t.Fatalf("a read after the answer returned before the outcome committed: %s, %v", r.g.State, r.err)
+	case <-time.After(50 * time.Millisecond): // it waits, as it must
+	}
+	open()
+	r := <-read
+	if r.err != nil {
+		t.Fatalf("read after the outcome: %v", r.err)
+	}
+	if diff := cmp.Diff(told, r.g); diff != "" {
+		t.Errorf("recorded grant differs from what the caller was told (-told +recorded):\n%s", diff)
+	}
+	if g, err := m.Release(ctx, told.ID); err != nil || g.State != dcd.GrantReleased {
+		t.Errorf("Release right after: got %s, %v; want released", g.State, err)
+	}
+}
