@@ -8,9 +8,9 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"cxlpool/fabric/cci"
 	"cxlpool/dcd"
 	"cxlpool/dcd/sqlite"
+	"cxlpool/fabric/cci"
 )
 
 // gatedOutcome is a ledger whose queued grant outcomes wait for gate
