@@ -2,7 +2,9 @@ package sqlite
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"time"
 )
 
 // readFence keeps reads behind outcomes whose callers were answered before
@@ -53,21 +55,35 @@ func (f *readFence) put(t uint64) {
 	}
 }
 
+// errFenceTimeout: outcomes told before a read did not commit within the
+// fence's bound; the read goes ahead without them.
+var errFenceTimeout = errors.New("outcomes already told are not committed yet")
+
 // wait returns once every ticket taken before it was called is returned,
-// or when ctx ends.
-func (f *readFence) wait(ctx context.Context) error {
+// when ctx ends, or after bound with errFenceTimeout: a writer stalled on the
+// disk must not stall every read with it (what the read then shows, the
+// grant still adding, is what a crash would have left).
+func (f *readFence) wait(ctx context.Context, bound time.Duration) error {
 	f.mu.Lock()
 	target := f.issued
+	var expired <-chan time.Time
 	for f.through < target {
 		if f.moved == nil {
 			f.moved = make(chan struct{})
 		}
 		moved := f.moved
 		f.mu.Unlock()
+		if expired == nil {
+			t := time.NewTimer(bound)
+			defer t.Stop()
+			expired = t.C
+		}
 		select {
 		case <-moved:
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-expired:
+			return errFenceTimeout
 		}
 		f.mu.Lock()
 	}

@@ -32,7 +32,7 @@ func TestReadFence(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			waited := make(chan error, 1)
-			go func() { waited <- f.wait(ctx) }()
+			go func() { waited <- f.wait(ctx, time.Minute) }()
 			waitForWaiter(t, &f)
 			// Taken after the read began: it must not hold the read.
 			later := f.take()
@@ -63,8 +63,15 @@ func TestReadFence(t *testing.T) {
 		f.take()
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		if err := f.wait(ctx); !errors.Is(err, context.Canceled) {
+		if err := f.wait(ctx, time.Minute); !errors.Is(err, context.Canceled) {
 			t.Errorf("wait with a cancelled context: %v, want context.Canceled", err)
+		}
+	})
+	t.Run("outcome never commits", func(t *testing.T) {
+		var f readFence
+		f.take()
+		if err := f.wait(context.Background(), time.Millisecond); !errors.Is(err, errFenceTimeout) {
+			t.Errorf("wait past its bound: %v, want errFenceTimeout", err)
 		}
 	})
 }
