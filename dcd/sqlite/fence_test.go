@@ -99,21 +99,8 @@ func waitForWaiter(t *testing.T, f *readFence) {
 // after that call runs after the outcome (a release begun at once finds the
 // grant granted), and a read begun after it sees it.
 func TestCompleteGrantQueued(t *testing.T) {
-	ctx := t.Context()
-	l, _ := openTemp(t, Options{})
-	defer l.Close()
-	if err := l.SyncInventory(ctx, ledgertest.Inventory()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := l.CreateChunk(ctx, dcd.Chunk{Region: ledgertest.Region0, Size: ledgertest.Block})
-	if err != nil {
-		t.Fatal(err)
-	}
-	in, err := l.BeginGrant(ctx, c.ID, 5, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	exts := []cci.Extent{{DPA: 0, Length: ledgertest.Block, Tag: c.Tag}}
+	l, in := openAdding(t, 5)
+	exts := []cci.Extent{{DPA: 0, Length: ledgertest.Block, Tag: in.Chunk.Tag}}
 
 	release, held := holdWriter(t, l)
 	told := make(chan time.Time, 1)

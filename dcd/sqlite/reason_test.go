@@ -4,26 +4,13 @@ import (
 	"testing"
 
 	"cxlpool/dcd"
-	"cxlpool/dcd/ledgertest"
 )
 
 // A release begun with a reason keeps it through to released, and a
 // repeated begin (a restarted fence) neither fails nor moves the grant.
 func TestBeginReleaseReason(t *testing.T) {
 	ctx := t.Context()
-	l, _ := openTemp(t, Options{})
-	defer l.Close()
-	if err := l.SyncInventory(ctx, ledgertest.Inventory()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := l.CreateChunk(ctx, dcd.Chunk{Region: ledgertest.Region0, Size: ledgertest.Block})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := l.BeginGrant(ctx, c.ID, 3, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, g := openAdding(t, 3)
 	if _, err := l.BeginReleaseReason(ctx, g.ID, "too early"); err == nil {
 		t.Fatal("BeginReleaseReason of an adding grant: got nil error, want a conflict")
 	}

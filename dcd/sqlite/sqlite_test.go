@@ -28,6 +28,27 @@ func openTemp(t *testing.T, opts Options) (*Ledger, string) {
 	return l, path
 }
 
+// openAdding opens a ledger with the test inventory, one chunk of a block
+// and host's grant of it still adding.
+func openAdding(t *testing.T, host dcd.HostID) (*Ledger, dcd.GrantIntent) {
+	t.Helper()
+	ctx := t.Context()
+	l, _ := openTemp(t, Options{})
+	t.Cleanup(func() { l.Close() })
+	if err := l.SyncInventory(ctx, ledgertest.Inventory()); err != nil {
+		t.Fatal(err)
+	}
+	c, err := l.CreateChunk(ctx, dcd.Chunk{Region: ledgertest.Region0, Size: ledgertest.Block})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := l.BeginGrant(ctx, c.ID, host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l, in
+}
+
 func TestContract(t *testing.T) {
 	ledgertest.Run(t, func(t *testing.T) dcd.Ledger {
 		l, _ := openTemp(t, Options{})
@@ -459,19 +480,7 @@ func TestInventoryMissingHostKept(t *testing.T) {
 
 func TestConflictMessage(t *testing.T) {
 	ctx := t.Context()
-	l, _ := openTemp(t, Options{})
-	defer l.Close()
-	if err := l.SyncInventory(ctx, ledgertest.Inventory()); err != nil {
-		t.Fatal(err)
-	}
-	c, err := l.CreateChunk(ctx, dcd.Chunk{Region: ledgertest.Region0, Size: ledgertest.Block})
-	if err != nil {
-		t.Fatal(err)
-	}
-	g, err := l.BeginGrant(ctx, c.ID, 2, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	l, g := openAdding(t, 2)
 	for _, tc := range []struct {
 		name string
 		call func() error
@@ -481,8 +490,8 @@ func TestConflictMessage(t *testing.T) {
 			fmt.Sprintf("ledger: begin release %d: grant is adding, want granted or releasing: conflicts with the current state", g.ID)},
 		{"complete release", func() error { _, err := l.CompleteRelease(ctx, g.ID); return err },
 			fmt.Sprintf("ledger: complete release %d: grant is adding, want releasing: conflicts with the current state", g.ID)},
-		{"begin grant", func() error { _, err := l.BeginGrant(ctx, c.ID, 2, nil); return err },
-			fmt.Sprintf("ledger: begin grant chunk %d host 2: host already has grant %d (adding) of the chunk: conflicts with the current state", c.ID, g.ID)},
+		{"begin grant", func() error { _, err := l.BeginGrant(ctx, g.Chunk.ID, 2, nil); return err },
+			fmt.Sprintf("ledger: begin grant chunk %d host 2: host already has grant %d (adding) of the chunk: conflicts with the current state", g.Chunk.ID, g.ID)},
 	} {
 		err := tc.call()
 		if err == nil {
