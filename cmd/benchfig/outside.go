@@ -14,6 +14,9 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"cxlpool/internal/rawio"
+	"cxlpool/rdma/client"
 )
 
 // benchLine prints one measurement as a go test benchmark line of the
@@ -33,7 +36,9 @@ const maxRawSize = 1 << 30
 
 // rawServeCmd answers each 4-byte big-endian size with that many bytes,
 // on every connection, until ctx ends: the least a server can do for the
-// reads export bench makes.
+// reads export bench makes, with the export server's system calls (raw
+// ones for small reads and writes, internal/rawio) and, like it, no
+// polling for the next request.
 func rawServeCmd(ctx context.Context, args []string) error {
 	if len(args) != 1 {
 		return fmt.Errorf("%w: raw-serve ADDR", errUsage)
@@ -55,8 +60,9 @@ func rawServeCmd(ctx context.Context, args []string) error {
 	}
 }
 
-func serveRaw(c net.Conn) {
-	defer c.Close()
+func serveRaw(nc net.Conn) {
+	defer nc.Close()
+	c := rawio.New(nc)
 	var hdr [4]byte
 	var buf []byte
 	for {
@@ -76,14 +82,19 @@ func serveRaw(c net.Conn) {
 	}
 }
 
-// rawBench is one connection, one read of size bytes at a time, for d.
-func rawBench(ctx context.Context, addr string, size int, d time.Duration) (ops int, elapsed, p50, p99 time.Duration, err error) {
+// rawBench is one connection, one read of size bytes at a time, for d,
+// with the export client's shape: its small reads and writes are raw
+// system calls (internal/rawio) and a wait for an answer polls for poll
+// before it sleeps (poll <= 0: it sleeps at once).
+func rawBench(ctx context.Context, addr string, size int, d, poll time.Duration) (ops int, elapsed, p50, p99 time.Duration, err error) {
 	var dialer net.Dialer
-	c, err := dialer.DialContext(ctx, "tcp", addr)
+	nc, err := dialer.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		return 0, 0, 0, 0, err
 	}
-	defer c.Close()
+	defer nc.Close()
+	c := rawio.New(nc)
+	c.SetPoll(poll)
 	var hdr [4]byte
 	binary.BigEndian.PutUint32(hdr[:], uint32(size))
 	buf := make([]byte, size)
@@ -117,16 +128,17 @@ func rawBenchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	size := fs.Int("size", 64, "bytes per read")
 	d := fs.Duration("duration", 2*time.Second, "how long to measure")
 	name := fs.String("name", "", "the benchmark line's `name` (default RawSIZE)")
+	poll := fs.Duration("poll", client.DefaultPoll, "how long a wait for an answer polls before it sleeps, as poolctl export bench's --poll (0: not at all)")
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if *addr == "" || *size <= 0 || *size > maxRawSize || *d <= 0 {
-		return fmt.Errorf("%w: raw-bench -addr ADDR -size 1..%d -duration D", errUsage, maxRawSize)
+	if *addr == "" || *size <= 0 || *size > maxRawSize || *d <= 0 || *poll < 0 || *poll > rawio.MaxPoll {
+		return fmt.Errorf("%w: raw-bench -addr ADDR -size 1..%d -duration D [-poll 0..%v]", errUsage, maxRawSize, rawio.MaxPoll)
 	}
 	if *name == "" {
 		*name = "Raw" + strconv.Itoa(*size)
 	}
-	ops, el, p50, p99, err := rawBench(ctx, *addr, *size, *d)
+	ops, el, p50, p99, err := rawBench(ctx, *addr, *size, *d, *poll)
 	if err != nil {
 		return fmt.Errorf("raw-bench %s: %w", *addr, err)
 	}

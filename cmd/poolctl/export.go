@@ -273,6 +273,7 @@ func exportBench(ctx context.Context, a *app, args []string) error {
 	duration := fs.Duration("duration", 5*time.Second, "how long to measure")
 	conns := fs.Int("conns", 0, "connections to stripe large transfers over (default: min(4, CPUs))")
 	op := fs.String("op", "read", "operation: read, or write (overwrites the export's bytes)")
+	poll := fs.Duration("poll", rclient.DefaultPoll, "how long a wait for a response polls the socket before it sleeps (0: sleeps at once; at most 1ms)")
 	if _, err := parse(fs, args, 0, 0); err != nil {
 		return err
 	}
@@ -298,6 +299,11 @@ func exportBench(ctx context.Context, a *app, args []string) error {
 		return usagef("export bench: --duration must be positive")
 	case *conns < 0:
 		return usagef("export bench: --conns must not be negative")
+	case *poll < 0 || *poll > time.Millisecond:
+		return usagef("export bench: --poll must be between 0 and 1ms")
+	}
+	if *poll == 0 {
+		*poll = -1 // the client's "never"
 	}
 	id := rdma.ExportID(lastSegment(*export))
 	if !id.Valid() {
@@ -331,7 +337,7 @@ func exportBench(ctx context.Context, a *app, args []string) error {
 		}
 	}
 	addr = strings.TrimPrefix(addr, "tcp://")
-	cl, err := rclient.Dial(ctx, rclient.Config{Addr: addr, Export: id, Token: tok, Conns: *conns})
+	cl, err := rclient.Dial(ctx, rclient.Config{Addr: addr, Export: id, Token: tok, Conns: *conns, Poll: *poll})
 	if err != nil {
 		if errors.Is(err, rdma.ErrDenied) {
 			return fmt.Errorf("export %s at %s: refused (unknown export, wrong token, or revoked)", id, addr)

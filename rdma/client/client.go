@@ -10,8 +10,10 @@
 // small request costs no more goroutine hand-offs than a plain
 // request/response over a socket.
 // Requests and the buffered reads of responses are raw system calls on
-// the non-blocking socket (rdma/internal/rawio), which spares a thread
-// wake-up per round trip.
+// the non-blocking socket (internal/rawio), which spares a thread
+// wake-up per round trip, and a caller waiting for a response polls the
+// socket for a while before it sleeps (Config.Poll), which spares the
+// wake-up of an idle CPU.
 //
 // Operations on one connection run in order on the server; operations on
 // different connections (the pieces of one striped transfer, or calls from
@@ -31,8 +33,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"cxlpool/internal/rawio"
 	"cxlpool/rdma"
-	"cxlpool/rdma/internal/rawio"
 	"cxlpool/rdma/wire"
 )
 
@@ -63,7 +65,21 @@ type Config struct {
 	IOTimeout time.Duration
 	// Dial opens a connection (a net.Dialer's DialContext by default).
 	Dial func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Poll is how long a caller waiting for a response keeps asking
+	// the socket, yielding the CPU between tries, before it sleeps in
+	// the runtime's poller [DefaultPoll; negative: never, at most
+	// rawio.MaxPoll]. A sleeping caller is woken through the idle CPU
+	// it slept on, which on a virtual machine costs more than the
+	// whole request (see internal/rawio); polling spends the client's
+	// CPU for the time an answer takes, as an RDMA client polling its
+	// completion queue does.
+	Poll time.Duration
 }
+
+// DefaultPoll is Config.Poll's default: about a round trip of a small
+// READ across a data centre network, and twice one across CPUs of this
+// machine's loopback with the caller polling.
+const DefaultPoll = 50 * time.Microsecond
 
 // Client is a connection to one export. Methods are safe for concurrent
 // use.
@@ -94,6 +110,9 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	}
 	if cfg.IOTimeout <= 0 {
 		cfg.IOTimeout = 30 * time.Second
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultPoll
 	}
 	if cfg.Dial == nil {
 		d := &net.Dialer{}
@@ -495,6 +514,7 @@ func dial(ctx context.Context, cfg Config) (*conn, error) {
 		_ = tc.SetNoDelay(true)
 	}
 	raw := rawio.New(nc)
+	raw.SetPoll(cfg.Poll)
 	cn := &conn{cfg: cfg, nc: nc, raw: raw, br: bufio.NewReaderSize(raw, 64<<10), window: make(chan struct{}, cfg.Window),
 		calls: map[uint64]*call{}, nextID: 1, readTok: make(chan struct{}, 1)}
 	if err := cn.open(ctx); err != nil {

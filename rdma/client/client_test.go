@@ -113,6 +113,49 @@ func TestStriping(t *testing.T) {
 	}
 }
 
+// TestPoll: every Poll setting (never, the default, the longest) moves
+// the same bytes, small ones (the polled raw path) and large ones, with
+// concurrent callers sharing a connection.
+func TestPoll(t *testing.T) {
+	env, addr := setup(t)
+	x := env.Export(t, rdma.PermReadWrite)
+	ctx := context.Background()
+	for _, poll := range []time.Duration{-1, 0, time.Hour} {
+		t.Run(poll.String(), func(t *testing.T) {
+			c, err := client.Dial(ctx, client.Config{Addr: addr, Export: x.ID, Token: x.Token, Conns: 1, Poll: poll})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			var wg sync.WaitGroup
+			for g, size := range []int{64, 4 << 10, 512 << 10} {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					off := uint64(g) * 640 << 10 // apart, inside the 2 MiB export
+					want := bytes.Repeat([]byte{byte(g + 1), byte(poll)}, size/2)
+					for range 20 {
+						if err := c.Write(ctx, want, off); err != nil {
+							t.Error(err)
+							return
+						}
+						got := make([]byte, size)
+						if err := c.Read(ctx, got, off); err != nil {
+							t.Error(err)
+							return
+						}
+						if !bytes.Equal(got, want) {
+							t.Errorf("%d bytes: read differs from what was written", size)
+							return
+						}
+					}
+				}()
+			}
+			wg.Wait()
+		})
+	}
+}
+
 func TestCancel(t *testing.T) {
 	env, addr := setup(t)
 	x := env.Export(t, rdma.PermReadWrite)

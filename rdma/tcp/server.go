@@ -13,7 +13,7 @@
 //
 // Small reads and writes (the buffered input, a burst of responses up to
 // 64 KiB) are raw system calls on the non-blocking socket (package
-// rdma/internal/rawio): the runtime's syscall entry would wake its sysmon
+// internal/rawio): the runtime's syscall entry would wake its sysmon
 // thread on most requests of a request/response exchange, a thread
 // switch on every small READ's critical path.
 //
@@ -54,8 +54,8 @@ import (
 	"time"
 	"unsafe"
 
+	"cxlpool/internal/rawio"
 	"cxlpool/rdma"
-	"cxlpool/rdma/internal/rawio"
 	"cxlpool/rdma/wire"
 )
 

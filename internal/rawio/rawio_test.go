@@ -177,6 +177,60 @@ func TestErrors(t *testing.T) {
 	})
 }
 
+// TestPoll: a read that polls gets what arrives while it polls, what
+// arrives after its poll is over (it sleeps in the poller then), the end
+// of input, and the deadline.
+func TestPoll(t *testing.T) {
+	if !supported {
+		t.Skip("no raw path here")
+	}
+	tests := []struct {
+		name  string
+		poll  time.Duration
+		delay time.Duration // before the peer writes
+	}{
+		{"no poll", 0, 0},
+		{"data during the poll", MaxPoll, 0},
+		{"data after the poll", time.Microsecond, 20 * time.Millisecond},
+		{"poll longer than MaxPoll is MaxPoll", time.Hour, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, b := pair(t)
+			r := New(a)
+			r.SetPoll(tt.poll)
+			if got, want := r.poll, min(tt.poll, MaxPoll); got != want {
+				t.Fatalf("poll: got %v, want %v", got, want)
+			}
+			want := pattern(64, 3)
+			go func() {
+				time.Sleep(tt.delay)
+				_, _ = b.Write(want)
+			}()
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(r, got); err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("got %x, want %x", got, want)
+			}
+			b.Close()
+			if _, err := r.Read(got); !errors.Is(err, io.EOF) {
+				t.Errorf("after the peer closed: got %v, want io.EOF", err)
+			}
+		})
+	}
+	t.Run("deadline", func(t *testing.T) {
+		a, _ := pair(t)
+		r := New(a)
+		r.SetPoll(MaxPoll)
+		_ = a.SetReadDeadline(time.Now().Add(10 * time.Millisecond))
+		if _, err := r.Read(make([]byte, 8)); !errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("got %v, want a timeout", err)
+		}
+	})
+}
+
 // TestAllocationFree: the raw path allocates nothing per call.
 func TestAllocationFree(t *testing.T) {
 	if !supported {
