@@ -19,9 +19,12 @@
 // request's round trip (measured on this 2-core VM: ~64 µs for a 64-byte
 // READ whose client and server run on different CPUs, ~25 µs when the
 // client polls); an RDMA client polls its completion queue for the same
-// reason. Only a client waiting for an answer it expects soon should
-// poll: a server polling for its next request would spend the box's CPU
-// on idle clients.
+// reason. Polling does not always pay: with the peer in the same process,
+// or on the same CPU, its thread may need the very CPU that polls (in
+// one process: 55 µs against 10 µs asleep), so each Conn measures its
+// waits both ways and polls only while that is faster (choose.go). Only a
+// client waiting for an answer it expects soon should poll: a server
+// polling for its next request would spend the box's CPU on idle clients.
 //
 // Only small transfers take the raw path (at most Small bytes): a large
 // one may copy for long, or fault in pages of mapped device memory, and
@@ -51,12 +54,15 @@ type Conn struct {
 	// (a closure over locals escapes through the RawConn interface).
 	rd, wr   op
 	readFn   func(fd uintptr) bool
+	tryFn    func(fd uintptr) bool
 	writeFn  func(fd uintptr) bool
 	writevFn func(fd uintptr) bool
 	// iov is writev's vector.
 	iov []syscall.Iovec
-	// poll is how long a read keeps asking before it sleeps (SetPoll).
-	poll time.Duration
+	// poll is how long a read keeps asking before it sleeps (SetPoll);
+	// choose says whether a read polls.
+	poll   time.Duration
+	choose chooser
 }
 
 // op is one raw call's buffer and outcome.
@@ -64,9 +70,10 @@ type op struct {
 	p     []byte
 	n     int
 	errno syscall.Errno
-	// polled: this read has had its poll; after a sleep in the poller
-	// it does not poll again.
-	polled bool
+	// A read that had to wait: since when, and which way (chooser).
+	waited bool
+	way    int
+	start  time.Time
 }
 
 // New returns a Conn over nc.
@@ -76,7 +83,7 @@ func New(nc net.Conn) *Conn {
 		if sc, ok := nc.(syscall.Conn); ok {
 			if rc, err := sc.SyscallConn(); err == nil {
 				c.rc = rc
-				c.readFn, c.writeFn, c.writevFn = c.rawRead, c.rawWrite, c.rawWritev
+				c.readFn, c.tryFn, c.writeFn, c.writevFn = c.rawRead, c.rawTry, c.rawWrite, c.rawWritev
 			}
 		}
 	}
@@ -84,8 +91,9 @@ func New(nc net.Conn) *Conn {
 }
 
 // SetPoll makes a raw read that finds nothing to read ask again for up
-// to d, yielding the CPU between tries, before it sleeps in the poller;
-// d <= 0 (the default) sleeps at once; d is at most MaxPoll, because a
+// to d, yielding the CPU between tries, before it sleeps in the poller,
+// while polling has made its waits shorter than sleeping did; d <= 0
+// (the default) sleeps at once; d is at most MaxPoll, because a
 // deadline or a Close is noticed only once the poll is over. Set it
 // before the first Read; it applies only where the raw path does (see
 // Small).

@@ -3,6 +3,7 @@ package rawio
 import (
 	"io"
 	"os"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
@@ -15,24 +16,26 @@ const supported = true
 // EAGAIN.
 func (c *Conn) rawRead(fd uintptr) bool {
 	c.rd.n, c.rd.errno = call(syscall.SYS_READ, fd, unsafe.Pointer(&c.rd.p[0]), len(c.rd.p))
-	if c.rd.errno != syscall.EAGAIN || c.poll <= 0 || c.rd.polled {
-		return c.rd.errno != syscall.EAGAIN
+	if c.rd.errno != syscall.EAGAIN {
+		return true
 	}
-	c.rd.polled = true
-	// The clock is read through the vDSO, no system call; sched_yield
-	// lets a peer sharing this CPU run (it is the one being waited for)
-	// and returns at once when nothing else is runnable.
-	end := time.Now().Add(c.poll)
-	for {
-		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
-		c.rd.n, c.rd.errno = call(syscall.SYS_READ, fd, unsafe.Pointer(&c.rd.p[0]), len(c.rd.p))
-		if c.rd.errno != syscall.EAGAIN {
-			return true
-		}
-		if !time.Now().Before(end) {
-			return false
+	if c.poll <= 0 {
+		return false
+	}
+	if !c.rd.waited {
+		// The first time this read must wait: which way (chooser).
+		c.rd.waited, c.rd.way, c.rd.start = true, c.choose.next(), time.Now()
+		if c.rd.way == 1 {
+			return true // read polls, then comes back here to sleep
 		}
 	}
+	return false
+}
+
+// rawTry is one raw read that never waits.
+func (c *Conn) rawTry(fd uintptr) bool {
+	c.rd.n, c.rd.errno = call(syscall.SYS_READ, fd, unsafe.Pointer(&c.rd.p[0]), len(c.rd.p))
+	return true
 }
 
 func (c *Conn) rawWrite(fd uintptr) bool {
@@ -60,6 +63,12 @@ func call(trap, fd uintptr, p unsafe.Pointer, n int) (int, syscall.Errno) {
 func (c *Conn) read(p []byte) (int, error) {
 	c.rd = op{p: p}
 	err := c.rc.Read(c.readFn)
+	if err == nil && c.rd.errno == syscall.EAGAIN {
+		err = c.pollRead() // the chooser said poll
+	}
+	if err == nil && c.rd.waited {
+		c.choose.took(c.rd.way, time.Since(c.rd.start))
+	}
 	n, errno := c.rd.n, c.rd.errno
 	c.rd = op{}
 	switch {
@@ -71,6 +80,24 @@ func (c *Conn) read(p []byte) (int, error) {
 		return 0, io.EOF
 	}
 	return n, nil
+}
+
+// pollRead asks for data with raw reads while the poll lasts, letting the
+// runtime run other goroutines between tries (the peer it waits for, in
+// one process: the runtime polls the network then) and sched_yield
+// another thread of this CPU (the peer's, if it shares the CPU). Each try
+// goes through RawConn.Read, so a deadline or a Close ends the poll.
+// When nothing has come by then, it sleeps in the poller.
+func (c *Conn) pollRead() error {
+	end := c.rd.start.Add(c.poll) // the clock is read through the vDSO
+	for time.Now().Before(end) {
+		runtime.Gosched()
+		syscall.RawSyscall(syscall.SYS_SCHED_YIELD, 0, 0, 0)
+		if err := c.rc.Read(c.tryFn); err != nil || c.rd.errno != syscall.EAGAIN {
+			return err
+		}
+	}
+	return c.rc.Read(c.readFn)
 }
 
 func (c *Conn) write(p []byte) (int, error) {

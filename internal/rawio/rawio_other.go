@@ -9,6 +9,7 @@ const supported = false
 var errNoRaw = errors.New("rawio: no raw path on this system")
 
 func (c *Conn) rawRead(uintptr) bool   { return true }
+func (c *Conn) rawTry(uintptr) bool    { return true }
 func (c *Conn) rawWrite(uintptr) bool  { return true }
 func (c *Conn) rawWritev(uintptr) bool { return true }
 

@@ -72,7 +72,9 @@ type Config struct {
 	// it slept on, which on a virtual machine costs more than the
 	// whole request (see internal/rawio); polling spends the client's
 	// CPU for the time an answer takes, as an RDMA client polling its
-	// completion queue does.
+	// completion queue does. Each connection polls only while its
+	// waits have been shorter polling than sleeping (with the server
+	// in the same process they are not).
 	Poll time.Duration
 }
 
