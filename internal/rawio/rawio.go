@@ -62,6 +62,7 @@ type Conn struct {
 	// poll is how long a read keeps asking before it sleeps (SetPoll);
 	// choose says whether a read polls.
 	poll   time.Duration
+	noPoll bool // PollNext(false)
 	choose chooser
 }
 
@@ -98,6 +99,12 @@ func New(nc net.Conn) *Conn {
 // before the first Read; it applies only where the raw path does (see
 // Small).
 func (c *Conn) SetPoll(d time.Duration) { c.poll = min(d, MaxPoll) }
+
+// PollNext says whether the next read that has to wait may poll (set by
+// SetPoll), or sleeps: a reader that knows it waits for a large answer
+// sleeps, because moving it takes longer than a wake-up. It holds until
+// changed.
+func (c *Conn) PollNext(ok bool) { c.noPoll = !ok }
 
 // MaxPoll bounds SetPoll.
 const MaxPoll = time.Millisecond

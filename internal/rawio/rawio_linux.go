@@ -19,7 +19,7 @@ func (c *Conn) rawRead(fd uintptr) bool {
 	if c.rd.errno != syscall.EAGAIN {
 		return true
 	}
-	if c.poll <= 0 {
+	if c.poll <= 0 || c.noPoll {
 		return false
 	}
 	if !c.rd.waited {

@@ -78,6 +78,9 @@ type Config struct {
 	Poll time.Duration
 }
 
+// pollMaxRead is the largest READ whose wait for an answer polls.
+const pollMaxRead = rawio.Small
+
 // DefaultPoll is Config.Poll's default: about a round trip of a small
 // READ across a data centre network, and twice one across CPUs of this
 // machine's loopback with the caller polling.
@@ -735,6 +738,10 @@ func (cn *conn) lead(ctx context.Context, cl *call) error {
 				return ctx.Err()
 			}
 		}
+		// Only a wait for a small answer polls: a large one takes
+		// longer to move than the wake-up polling saves, and the
+		// polling CPU may be the one the sender needs.
+		cn.raw.PollNext(cl.op != wire.OpRead || len(cl.dst) <= pollMaxRead)
 		// Peek consumes nothing: a deadline hit here leaves the
 		// stream as it was.
 		hdr, err := cn.br.Peek(wire.ResponseLen)
