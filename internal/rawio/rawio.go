@@ -94,10 +94,10 @@ func New(nc net.Conn) *Conn {
 // SetPoll makes a raw read that finds nothing to read ask again for up
 // to d, yielding the CPU between tries, before it sleeps in the poller,
 // while polling has made its waits shorter than sleeping did; d <= 0
-// (the default) sleeps at once; d is at most MaxPoll, because a
-// deadline or a Close is noticed only once the poll is over. Set it
-// before the first Read; it applies only where the raw path does (see
-// Small).
+// (the default) sleeps at once; d is at most MaxPoll, which bounds the
+// CPU one wait may spend. Deadlines and Close end a poll as they end a
+// wait. Set it before the first Read; it applies only where the raw path
+// does (see Small).
 func (c *Conn) SetPoll(d time.Duration) { c.poll = min(d, MaxPoll) }
 
 // PollNext says whether the next read that has to wait may poll (set by
