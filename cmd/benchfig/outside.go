@@ -132,8 +132,8 @@ func rawBenchCmd(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := fs.Parse(args); err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
-	if *addr == "" || *size <= 0 || *size > maxRawSize || *d <= 0 || *poll < 0 || *poll > rawio.MaxPoll {
-		return fmt.Errorf("%w: raw-bench -addr ADDR -size 1..%d -duration D [-poll 0..%v]", errUsage, maxRawSize, rawio.MaxPoll)
+	if *addr == "" || *size <= 0 || *size > maxRawSize || *d <= 0 || *poll < 0 || *poll > client.MaxPoll {
+		return fmt.Errorf("%w: raw-bench -addr ADDR -size 1..%d -duration D [-poll 0..%v]", errUsage, maxRawSize, client.MaxPoll)
 	}
 	if *name == "" {
 		*name = "Raw" + strconv.Itoa(*size)

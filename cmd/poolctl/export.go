@@ -299,8 +299,8 @@ func exportBench(ctx context.Context, a *app, args []string) error {
 		return usagef("export bench: --duration must be positive")
 	case *conns < 0:
 		return usagef("export bench: --conns must not be negative")
-	case *poll < 0 || *poll > time.Millisecond:
-		return usagef("export bench: --poll must be between 0 and 1ms")
+	case *poll < 0 || *poll > rclient.MaxPoll:
+		return usagef("export bench: --poll must be between 0 and %v", rclient.MaxPoll)
 	}
 	if *poll == 0 {
 		*poll = -1 // the client's "never"

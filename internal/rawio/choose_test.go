@@ -32,7 +32,11 @@ func TestChooser(t *testing.T) {
 				ch.took(w, cost[w])
 			}
 			for i, w := range ways {
-				if want := map[bool]int{true: 1, false: 0}[i < window]; w != want {
+				want := 0
+				if i < window {
+					want = 1
+				}
+				if w != want {
 					t.Fatalf("wait %d went way %d, want %d (a window of polls, then of sleeps): %v", i, w, want, ways)
 				}
 			}

@@ -68,7 +68,7 @@ type Config struct {
 	// Poll is how long a caller waiting for a response keeps asking
 	// the socket, yielding the CPU between tries, before it sleeps in
 	// the runtime's poller [DefaultPoll; negative: never, at most
-	// rawio.MaxPoll]. A sleeping caller is woken through the idle CPU
+	// MaxPoll]. A sleeping caller is woken through the idle CPU
 	// it slept on, which on a virtual machine costs more than the
 	// whole request (see internal/rawio); polling spends the client's
 	// CPU for the time an answer takes, as an RDMA client polling its
@@ -77,6 +77,9 @@ type Config struct {
 	// in the same process they are not).
 	Poll time.Duration
 }
+
+// MaxPoll is the longest Config.Poll.
+const MaxPoll = rawio.MaxPoll
 
 // pollMaxRead is the largest READ whose wait for an answer polls.
 const pollMaxRead = rawio.Small
