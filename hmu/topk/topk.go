@@ -17,8 +17,10 @@
 //
 // The structure is sized once: per slot a count, key, error and the links
 // of a radix heap (Ahuja, Mehlhorn, Orlin, Tarjan 1990), which finds the
-// minimum; and an open-addressing index with linear probing and
-// backward-shift deletion (no tombstones, so it never degrades). A radix
+// minimum, kept together in one 32-byte record so that an update touches
+// one cache line rather than one per field; and an open-addressing index
+// with linear probing and backward-shift deletion (no tombstones, so it
+// never degrades). A radix
 // heap fits because the minimum never falls between decays (counts only
 // grow, and a take-over starts at the minimum plus its weight): bucket b
 // holds the counters whose count's highest bit differing from the last
@@ -31,7 +33,8 @@
 // or 4-ary heap instead sifts the taken-over counter from the root to a
 // leaf on every miss. Any counter at the minimum may be taken over, so
 // the guarantees above hold unchanged. Nothing grows with the number of
-// distinct keys: 41 bytes per counter plus a constant.
+// distinct keys: 40 bytes per counter (32 for the record, 4-byte index
+// entries at a load of at most one half) plus a constant.
 package topk
 
 import (
@@ -39,6 +42,7 @@ import (
 	"math"
 	"math/bits"
 	"slices"
+	"unsafe"
 )
 
 // Item is one monitored key.
@@ -58,22 +62,35 @@ type Summary struct {
 	size int    // monitored keys (slots 0 … size−1)
 	n    uint64 // total weight
 
-	// Per slot.
-	cnt []uint64
-	key []uint64
-	err []uint64
-	// The radix heap: slot lists per bucket (next, prev; none ends them),
-	// each slot's bucket, and the buckets 1 … 64 that are not empty (bit
-	// b−1). While the summary fills, last is 0 and bucket 0 is empty; once
-	// it is full, bucket 0 is never empty and last is the minimum.
-	next, prev []uint32
-	bkt        []uint8
-	head       [65]uint32
-	nonEmpty   uint64
-	last       uint64
-	// Index: slot+1 per bucket, 0 = empty; len is a power of two ≥ 2k.
-	idx   []uint32
-	shift uint // 64 − log2(len(idx))
+	slots []slot
+	// The radix heap: slot lists per bucket (a slot's next and prev; none
+	// ends them) and the buckets 1 … 64 that are not empty (bit b−1). A
+	// slot's bucket is always radix(its count): the invariant every change
+	// of count or of last restores, so it is computed, not stored. While
+	// the summary fills, last is 0 and bucket 0 is empty; once it is full,
+	// bucket 0 is never empty and last is the minimum.
+	head     [65]uint32
+	nonEmpty uint64
+	last     uint64
+	// Index: per bucket 0 (empty) or an entry whose low slotBits bits are
+	// slot+1 and whose high bits are the top bits of the key's hash (its
+	// tag); len is a power of two ≥ 2k. The tag lets a probe and the
+	// backward shift of a deletion skip the key array, a cache miss each
+	// in a summary larger than the L1: a probe loads a key only when the
+	// tags match, and a deletion finds each entry's home bucket in the
+	// entry itself while the tag holds all of the home's bits (k ≤ 2^15).
+	idx       []uint32
+	shift     uint   // 64 − log2(len(idx)): the hash's top bits are the home bucket
+	slotBits  uint   // bits of an entry that hold slot+1
+	slotMask  uint32 // 1<<slotBits − 1
+	tagShift  uint   // an entry's tag is the hash >> tagShift, slotBits up
+	homeShift int    // the home bucket is the tag >> homeShift; < 0: not there
+}
+
+// slot is one counter with its links in the radix heap.
+type slot struct {
+	key, cnt, err uint64
+	next, prev    uint32
 }
 
 const none = ^uint32(0)
@@ -84,15 +101,15 @@ func New(k int) *Summary {
 	nb := 1 << bits.Len(uint(2*k-1)) // power of two ≥ 2k: load ≤ 1/2
 	s := &Summary{
 		k:     k,
-		cnt:   make([]uint64, k),
-		key:   make([]uint64, k),
-		err:   make([]uint64, k),
-		next:  make([]uint32, k),
-		prev:  make([]uint32, k),
-		bkt:   make([]uint8, k),
+		slots: make([]slot, k),
 		idx:   make([]uint32, nb),
 		shift: uint(64 - bits.TrailingZeros(uint(nb))),
 	}
+	s.slotBits = uint(bits.Len(uint(k)))
+	s.slotMask = 1<<s.slotBits - 1
+	tagBits := 32 - s.slotBits
+	s.tagShift = 64 - tagBits
+	s.homeShift = int(tagBits) - bits.TrailingZeros(uint(nb))
 	s.clearHeap()
 	return s
 }
@@ -125,49 +142,63 @@ func (s *Summary) Min() uint64 {
 // Bytes is the memory the summary holds (slice capacities), constant for a
 // given k.
 func (s *Summary) Bytes() int {
-	return 8*(cap(s.cnt)+cap(s.key)+cap(s.err)) + 4*(cap(s.next)+cap(s.prev)) + cap(s.bkt) + 4*cap(s.idx) + 4*len(s.head)
+	return int(unsafe.Sizeof(slot{}))*cap(s.slots) + 4*cap(s.idx) + 4*len(s.head)
 }
 
 // hash is a Fibonacci hash: the multiply spreads consecutive unit numbers
-// (the common case) across the table; the top bits are the bucket.
-func (s *Summary) bucket(key uint64) uint64 { return (key * 0x9e3779b97f4a7c15) >> s.shift }
+// (the common case) across the table; its top bits are the home bucket
+// and the tag.
+func hash(key uint64) uint64 { return key * 0x9e3779b97f4a7c15 }
+
+// tag is the part of an index entry that comes from the hash.
+func (s *Summary) tag(h uint64) uint32 { return uint32(h>>s.tagShift) << s.slotBits }
+
+// home is the bucket the entry v's key hashes to.
+func (s *Summary) home(v uint32) uint64 {
+	if s.homeShift >= 0 {
+		return uint64(v>>s.slotBits) >> s.homeShift
+	}
+	return hash(s.slots[v&s.slotMask-1].key) >> s.shift
+}
 
 // find returns the slot of key, or -1.
 func (s *Summary) find(key uint64) int {
 	mask := uint64(len(s.idx) - 1)
-	for b := s.bucket(key); ; b = (b + 1) & mask {
+	h := hash(key)
+	tag := s.tag(h)
+	for b := h >> s.shift; ; b = (b + 1) & mask {
 		v := s.idx[b]
 		if v == 0 {
 			return -1
 		}
-		if s.key[v-1] == key {
-			return int(v - 1)
+		if v&^s.slotMask == tag && s.slots[v&s.slotMask-1].key == key {
+			return int(v&s.slotMask - 1)
 		}
 	}
 }
 
 func (s *Summary) insertIndex(slot uint32) {
 	mask := uint64(len(s.idx) - 1)
-	b := s.bucket(s.key[slot])
+	h := hash(s.slots[slot].key)
+	b := h >> s.shift
 	for s.idx[b] != 0 {
 		b = (b + 1) & mask
 	}
-	s.idx[b] = slot + 1
+	s.idx[b] = s.tag(h) | (slot + 1)
 }
 
 // removeIndex deletes slot (known present) with backward-shift deletion.
 func (s *Summary) removeIndex(slot uint32) {
 	mask := uint64(len(s.idx) - 1)
-	b := s.bucket(s.key[slot])
-	for s.idx[b] != slot+1 {
+	b := hash(s.slots[slot].key) >> s.shift
+	for s.idx[b]&s.slotMask != slot+1 {
 		b = (b + 1) & mask
 	}
 	// Shift later members of the cluster back into the hole when their home
 	// bucket does not lie cyclically in (hole, j].
 	hole := b
 	for j := (b + 1) & mask; s.idx[j] != 0; j = (j + 1) & mask {
-		home := s.bucket(s.key[s.idx[j]-1])
-		if (j-home)&mask >= (j-hole)&mask {
+		if (j-s.home(s.idx[j]))&mask >= (j-hole)&mask {
 			s.idx[hole] = s.idx[j]
 			hole = j
 		}
@@ -180,25 +211,23 @@ func (s *Summary) removeIndex(slot uint32) {
 func (s *Summary) radix(c uint64) uint8 { return uint8(bits.Len64(c ^ s.last)) }
 
 // link puts slot at the head of bucket b.
-func (s *Summary) link(slot uint32, b uint8) {
-	s.bkt[slot] = b
+func (s *Summary) link(sl uint32, b uint8) {
 	h := s.head[b]
-	s.next[slot], s.prev[slot] = h, none
+	s.slots[sl].next, s.slots[sl].prev = h, none
 	if h != none {
-		s.prev[h] = slot
+		s.slots[h].prev = sl
 	}
-	s.head[b] = slot
+	s.head[b] = sl
 	if b > 0 {
 		s.nonEmpty |= 1 << (b - 1)
 	}
 }
 
-// unlink takes slot out of its bucket.
-func (s *Summary) unlink(slot uint32) {
-	b := s.bkt[slot]
-	p, n := s.prev[slot], s.next[slot]
+// unlink takes slot out of its bucket b.
+func (s *Summary) unlink(sl uint32, b uint8) {
+	p, n := s.slots[sl].prev, s.slots[sl].next
 	if p != none {
-		s.next[p] = n
+		s.slots[p].next = n
 	} else {
 		s.head[b] = n
 		if n == none && b > 0 {
@@ -206,29 +235,30 @@ func (s *Summary) unlink(slot uint32) {
 		}
 	}
 	if n != none {
-		s.prev[n] = p
+		s.slots[n].prev = p
 	}
 }
 
 // settle restores bucket 0 of a full summary after it emptied: the lowest
 // non-empty bucket holds the new minimum; its counters move to the buckets
-// below, relative to it.
+// below, relative to it. Buckets above keep their counters: the new
+// minimum agrees with the last one in every bit above b−1.
 func (s *Summary) settle() {
 	if s.head[0] != none || s.size < s.k || s.nonEmpty == 0 {
 		return
 	}
 	b := uint8(bits.TrailingZeros64(s.nonEmpty)) + 1
 	m := uint64(math.MaxUint64)
-	for sl := s.head[b]; sl != none; sl = s.next[sl] {
-		m = min(m, s.cnt[sl])
+	for sl := s.head[b]; sl != none; sl = s.slots[sl].next {
+		m = min(m, s.slots[sl].cnt)
 	}
 	s.last = m
 	sl := s.head[b]
 	s.head[b] = none
 	s.nonEmpty &^= 1 << (b - 1)
 	for sl != none {
-		n := s.next[sl]
-		s.link(sl, s.radix(s.cnt[sl]))
+		n := s.slots[sl].next
+		s.link(sl, s.radix(s.slots[sl].cnt))
 		sl = n
 	}
 }
@@ -239,10 +269,13 @@ func (s *Summary) rebuild() {
 	s.clearHeap()
 	s.last = 0
 	if s.size == s.k {
-		s.last = slices.Min(s.cnt[:s.size])
+		s.last = math.MaxUint64
+		for _, x := range s.slots[:s.size] {
+			s.last = min(s.last, x.cnt)
+		}
 	}
 	for sl := range s.size {
-		s.link(uint32(sl), s.radix(s.cnt[sl]))
+		s.link(uint32(sl), s.radix(s.slots[sl].cnt))
 	}
 }
 
@@ -252,13 +285,15 @@ func (s *Summary) Add(key uint64, w uint64) {
 		w = 1
 	}
 	s.n += w
-	if slot := s.find(key); slot >= 0 {
-		sl := uint32(slot)
-		c := sat(s.cnt[sl], w)
-		s.cnt[sl] = c
-		if b := s.radix(c); b != s.bkt[sl] {
-			s.unlink(sl)
-			s.link(sl, b)
+	if i := s.find(key); i >= 0 {
+		sl := uint32(i)
+		x := &s.slots[sl]
+		old := x.cnt
+		c := sat(old, w)
+		x.cnt = c
+		if from, to := s.radix(old), s.radix(c); from != to {
+			s.unlink(sl, from)
+			s.link(sl, to)
 			s.settle()
 		}
 		return
@@ -266,25 +301,25 @@ func (s *Summary) Add(key uint64, w uint64) {
 	if s.size < s.k {
 		sl := uint32(s.size)
 		s.size++
-		s.key[sl], s.err[sl], s.cnt[sl] = key, 0, w
+		s.slots[sl].key, s.slots[sl].err, s.slots[sl].cnt = key, 0, w
 		s.insertIndex(sl)
 		s.link(sl, s.radix(w))
 		s.settle() // the summary just filled: find its minimum
 		return
 	}
-	// Take over a counter at the minimum.
+	// Take over a counter at the minimum (bucket 0).
 	sl := s.head[0]
 	m := s.last
 	s.removeIndex(sl)
-	s.key[sl], s.err[sl] = key, m
+	x := &s.slots[sl]
+	x.key, x.err = key, m
 	s.insertIndex(sl)
 	c := sat(m, w)
-	s.cnt[sl] = c
-	s.unlink(sl)
+	x.cnt = c
+	s.unlink(sl, 0)
 	s.link(sl, s.radix(c))
 	s.settle()
 }
-
 func sat(a, b uint64) uint64 {
 	if c := a + b; c >= a {
 		return c
@@ -298,7 +333,8 @@ func (s *Summary) Get(key uint64) (Item, bool) {
 	if slot < 0 {
 		return Item{}, false
 	}
-	return Item{Key: key, Count: s.cnt[slot], Err: s.err[slot]}, true
+	x := s.slots[slot]
+	return Item{Key: key, Count: x.cnt, Err: x.err}, true
 }
 
 // SumRange is the sum of the counts of the monitored keys in [lo, hi]
@@ -313,16 +349,16 @@ func (s *Summary) SumRange(lo, hi uint64) uint64 {
 	if hi-lo < uint64(s.size)/4 {
 		for k := lo; ; k++ {
 			if slot := s.find(k); slot >= 0 {
-				sum = sat(sum, s.cnt[slot])
+				sum = sat(sum, s.slots[slot].cnt)
 			}
 			if k == hi {
 				return sum
 			}
 		}
 	}
-	for sl := range s.size {
-		if k := s.key[sl]; k >= lo && k <= hi {
-			sum = sat(sum, s.cnt[sl])
+	for _, x := range s.slots[:s.size] {
+		if x.key >= lo && x.key <= hi {
+			sum = sat(sum, x.cnt)
 		}
 	}
 	return sum
@@ -332,8 +368,8 @@ func (s *Summary) SumRange(lo, hi uint64) uint64 {
 // guaranteed weight, both descending; ties by key.
 func (s *Summary) Top(dst []Item, n int) []Item {
 	all := make([]Item, 0, s.size)
-	for sl := range s.size {
-		all = append(all, Item{Key: s.key[sl], Count: s.cnt[sl], Err: s.err[sl]})
+	for _, x := range s.slots[:s.size] {
+		all = append(all, Item{Key: x.key, Count: x.cnt, Err: x.err})
 	}
 	slices.SortFunc(all, func(a, b Item) int {
 		if r := cmp.Compare(b.Count, a.Count); r != 0 {
@@ -357,9 +393,10 @@ func (s *Summary) Decay(f float64) {
 	}
 	f = max(f, 0)
 	sc := func(v uint64) uint64 { return uint64(float64(v) * f) }
-	for sl := range s.size {
-		s.cnt[sl] = sc(s.cnt[sl])
-		s.err[sl] = min(sc(s.err[sl]), s.cnt[sl])
+	for i := range s.slots[:s.size] {
+		x := &s.slots[i]
+		x.cnt = sc(x.cnt)
+		x.err = min(sc(x.err), x.cnt)
 	}
 	s.n = sc(s.n)
 	s.rebuild()

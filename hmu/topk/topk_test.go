@@ -2,6 +2,7 @@ package topk
 
 import (
 	"cmp"
+	"fmt"
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -39,15 +40,15 @@ func checkInvariants(t *testing.T, s *Summary) {
 			t.Fatalf("bucket %d: head %d, non-empty bit %v", b, h, s.nonEmpty>>(b-1)&1 == 1)
 		}
 		prev := none
-		for sl := h; sl != none; sl = s.next[sl] {
+		for sl := h; sl != none; sl = s.slots[sl].next {
 			if seen++; seen > s.size {
 				t.Fatalf("bucket lists hold more than the %d slots", s.size)
 			}
-			if int(sl) >= s.size || s.bkt[sl] != uint8(b) || s.prev[sl] != prev {
-				t.Fatalf("slot %d in bucket %d: bkt %d, prev %d (want %d), size %d", sl, b, s.bkt[sl], s.prev[sl], prev, s.size)
+			if int(sl) >= s.size || s.slots[sl].prev != prev {
+				t.Fatalf("slot %d in bucket %d: prev %d (want %d), size %d", sl, b, s.slots[sl].prev, prev, s.size)
 			}
-			if got := s.radix(s.cnt[sl]); got != uint8(b) || s.cnt[sl] < s.last {
-				t.Fatalf("slot %d: count %d with last %d belongs in bucket %d, is in %d", sl, s.cnt[sl], s.last, got, b)
+			if c := s.slots[sl].cnt; s.radix(c) != uint8(b) || c < s.last {
+				t.Fatalf("slot %d: count %d with last %d belongs in bucket %d, is in %d", sl, c, s.last, s.radix(c), b)
 			}
 			prev = sl
 		}
@@ -59,7 +60,11 @@ func checkInvariants(t *testing.T, s *Summary) {
 		if s.head[0] == none {
 			t.Fatal("a full summary with bucket 0 empty")
 		}
-		if m := slices.Min(s.cnt[:s.size]); m != s.Min() {
+		m := s.slots[0].cnt
+		for _, x := range s.slots[:s.size] {
+			m = min(m, x.cnt)
+		}
+		if m != s.Min() {
 			t.Fatalf("Min %d, smallest count %d", s.Min(), m)
 		}
 	}
@@ -73,8 +78,8 @@ func checkInvariants(t *testing.T, s *Summary) {
 		t.Fatalf("index holds %d keys, want %d", used, s.size)
 	}
 	for sl := range s.size {
-		if got := s.find(s.key[sl]); got != sl {
-			t.Fatalf("find(%d) = %d, want %d", s.key[sl], got, sl)
+		if got := s.find(s.slots[sl].key); got != sl {
+			t.Fatalf("find(%d) = %d, want %d", s.slots[sl].key, got, sl)
 		}
 	}
 }
@@ -302,5 +307,38 @@ func TestSumRange(t *testing.T) {
 	}
 	if got := New(8).SumRange(0, 10); got != 0 {
 		t.Errorf("empty summary: got %d, want 0", got)
+	}
+}
+
+// TestIndexSizes: the index works at every size, including those whose
+// entries hold the whole home bucket in their tag (k ≤ 2^15, exactly at
+// 2^15) and those where a deletion must read the key to find the home
+// (k > 2^15), through churn that takes counters over again and again:
+// the invariants hold, every monitored key is found with its exact count
+// when nothing was ever evicted, and the heavy keys survive the churn.
+func TestIndexSizes(t *testing.T) {
+	for _, k := range []int{2, 3, 1000, 1 << 15, 1<<15 + 1, 1 << 16} {
+		t.Run(fmt.Sprint(k), func(t *testing.T) {
+			s := New(k)
+			for x := range uint64(k) { // fill exactly: no take-over yet
+				s.Add(x*7919, x+1)
+			}
+			checkInvariants(t, s)
+			for x := range uint64(k) {
+				got, ok := s.Get(x * 7919)
+				if want := (Item{Key: x * 7919, Count: x + 1}); !ok || got != want {
+					t.Fatalf("Get(%d) = %+v, %v; want %+v", x*7919, got, ok, want)
+				}
+			}
+			const heavy = 1 << 40 // far above anything the churn reaches
+			s.Add(1<<50, heavy)
+			for x := range uint64(4 * k) { // churn: each a take-over
+				s.Add(1<<60+x, 1)
+			}
+			checkInvariants(t, s)
+			if got, ok := s.Get(1 << 50); !ok || got.Count < heavy {
+				t.Fatalf("heavy key: %+v, %v; want count ≥ %d", got, ok, uint64(heavy))
+			}
+		})
 	}
 }
