@@ -74,11 +74,12 @@ type Summary struct {
 	last     uint64
 	// Index: per bucket 0 (empty) or an entry whose low slotBits bits are
 	// slot+1 and whose high bits are the top bits of the key's hash (its
-	// tag); len is a power of two ≥ 2k. The tag lets a probe and the
-	// backward shift of a deletion skip the key array, a cache miss each
-	// in a summary larger than the L1: a probe loads a key only when the
-	// tags match, and a deletion finds each entry's home bucket in the
-	// entry itself while the tag holds all of the home's bits (k ≤ 2^15).
+	// tag); len is a power of two ≥ 2k. The tag spares a probe and the
+	// backward shift of a deletion the reads of other slots' records, a
+	// cache miss each in a summary larger than the L1: a probe reads a
+	// key only when the tags match, and a deletion finds each entry's home
+	// bucket in the entry itself while the tag holds all of the home's
+	// bits (k ≤ 2^15).
 	idx       []uint32
 	shift     uint   // 64 − log2(len(idx)): the hash's top bits are the home bucket
 	slotBits  uint   // bits of an entry that hold slot+1
@@ -210,7 +211,7 @@ func (s *Summary) removeIndex(slot uint32) {
 // more than the highest bit in which they differ.
 func (s *Summary) radix(c uint64) uint8 { return uint8(bits.Len64(c ^ s.last)) }
 
-// link puts slot at the head of bucket b.
+// link puts slot sl at the head of bucket b.
 func (s *Summary) link(sl uint32, b uint8) {
 	h := s.head[b]
 	s.slots[sl].next, s.slots[sl].prev = h, none
@@ -223,7 +224,7 @@ func (s *Summary) link(sl uint32, b uint8) {
 	}
 }
 
-// unlink takes slot out of its bucket b.
+// unlink takes slot sl out of its bucket b.
 func (s *Summary) unlink(sl uint32, b uint8) {
 	p, n := s.slots[sl].prev, s.slots[sl].next
 	if p != none {
@@ -320,6 +321,7 @@ func (s *Summary) Add(key uint64, w uint64) {
 	s.link(sl, s.radix(c))
 	s.settle()
 }
+
 func sat(a, b uint64) uint64 {
 	if c := a + b; c >= a {
 		return c
