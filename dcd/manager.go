@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -527,9 +528,18 @@ type intentCommit struct {
 	tell func(Grant)
 
 	mu     sync.Mutex
-	known  bool          // durability is known: err says how it went
-	err    error         // why the intent is not durable
-	parked []func(error) // the flow's rests, waiting for durability, in order
+	known  bool         // durability is known: err says how it went
+	err    error        // why the intent is not durable
+	parked []parkedRest // the flow's rests, waiting for durability, in order
+}
+
+// parkedRest is a rest of a grant's flow waiting for its intent's
+// durability. An aside rest is one nobody waits for (the caller has been
+// told already): the reporter runs it in a goroutine of its own, after
+// the others, instead of making the caller wait for it.
+type parkedRest struct {
+	fn    func(error)
+	aside bool
 }
 
 // report says whether the intent is durable. A flow parked waiting for it
@@ -545,28 +555,47 @@ func (ic *intentCommit) report(err error) {
 	if err != nil {
 		go func() {
 			for _, rest := range rests {
-				rest(err)
+				rest.fn(err)
 			}
 		}()
 		return
 	}
+	var aside []func(error)
 	for _, rest := range rests {
-		rest(nil)
+		if rest.aside {
+			aside = append(aside, rest.fn)
+			continue
+		}
+		rest.fn(nil)
+	}
+	if len(aside) > 0 {
+		go func() {
+			for _, fn := range aside {
+				fn(nil)
+			}
+		}()
 	}
 }
 
 // then runs rest with the intent's durability: now if it is known, else
-// in the goroutine that reports it.
-func (ic *intentCommit) then(rest func(error)) {
+// in the goroutine that reports it. It reports whether rest ran now.
+func (ic *intentCommit) then(rest func(error)) (now bool) { return ic.park(parkedRest{fn: rest}) }
+
+// thenAside is then for a rest nobody waits for (parkedRest).
+func (ic *intentCommit) thenAside(rest func(error)) { ic.park(parkedRest{fn: rest, aside: true}) }
+
+// park is then and thenAside.
+func (ic *intentCommit) park(rest parkedRest) (now bool) {
 	ic.mu.Lock()
 	if !ic.known {
 		ic.parked = append(ic.parked, rest)
 		ic.mu.Unlock()
-		return
+		return false
 	}
 	err := ic.err
 	ic.mu.Unlock()
-	rest(err)
+	rest.fn(err)
+	return true
 }
 
 // AwaitGrant waits until grant id leaves the adding state and returns it.
@@ -876,13 +905,14 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 		}
 	}
 	out, announce := g, func() {}
+	told := false // the caller is told from the queued outcome
 	switch {
 	case !ok:
 	case why != nil:
 		out, announce = m.recordFail(ctx, g, why)
 	default:
 		if qc, ok := m.cfg.Ledger.(QueuedCompleter); ok && intent != nil && intent.tell != nil {
-			out, announce = m.recordCompleteQueued(ctx, qc, g, accepted, intent)
+			out, announce, told = m.recordCompleteQueued(ctx, qc, g, accepted, intent)
 			break
 		}
 		out, announce = m.recordComplete(ctx, g, accepted)
@@ -891,13 +921,21 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 		finish(out, announce)
 		return
 	}
-	intent.then(func(err error) {
+	rest := func(err error) {
 		if err != nil {
 			finish(m.undurableIntent(ctx, g, c, out, err), func() {})
 			return
 		}
 		finish(out, announce)
-	})
+	}
+	if told {
+		// The caller has its answer once the intent is durable; the
+		// flow's end (the announcement, the locks, the flight) must not
+		// keep it waiting in the goroutine that reports durability.
+		intent.thenAside(rest)
+		return
+	}
+	intent.then(rest)
 }
 
 // undurableIntent undoes a grant whose intent committed but could not be
@@ -1210,25 +1248,33 @@ func (m *Manager) recordComplete(ctx context.Context, g Grant, exts []cci.Extent
 // until it is recorded. If recording fails the caller has still been told
 // what the host accepted, which is the device's state, and reconcile
 // records it.
-func (m *Manager) recordCompleteQueued(ctx context.Context, qc QueuedCompleter, g Grant, exts []cci.Extent, intent *intentCommit) (Grant, func()) {
+func (m *Manager) recordCompleteQueued(ctx context.Context, qc QueuedCompleter, g Grant, exts []cci.Extent, intent *intentCommit) (_ Grant, announce func(), told bool) {
+	queued := false
 	ng, err := qc.CompleteGrantQueued(ctx, g.ID, exts, func(updated time.Time) {
+		queued = true
 		told := g
 		told.State, told.Extents, told.Updated = GrantGranted, slices.Clone(exts), updated
-		intent.then(func(err error) {
+		if intent.then(func(err error) {
 			if err == nil {
 				intent.tell(told)
 			}
-		})
+		}) {
+			// Told from the flow's goroutine, which would go on to
+			// commit the outcome while the caller it just woke waits
+			// for a CPU (on two cores, the other is often busy with
+			// the device): let the caller run first.
+			runtime.Gosched()
+		}
 	})
 	if err != nil {
 		m.log.Error("recording granted capacity", "grant", g.ID, "err", err)
 		m.requestReconcile()
-		return g, func() {}
+		return g, func() {}, queued
 	}
 	return ng, func() {
 		m.log.Info("capacity granted", "grant", g.ID, "chunk", g.Chunk, "host", g.Host, "bytes", ng.Size(), "extents", len(exts))
 		m.publish(Change{Kind: ChangeGrant, Chunk: g.Chunk, Host: g.Host, Grant: &ng, Message: "granted"})
-	}
+	}, queued
 }
 
 // failGrant records why a grant failed and returns it.

@@ -77,10 +77,12 @@ func TestParseSpans(t *testing.T) {
 		wantErr bool
 	}{
 		{"", nil, false},
-		{"4096 8192", []span{{4096, 8192}}, false},
-		{"0 1 -9223372036854775808 2", []span{{0, 1}, {1 << 63, 2}}, false},
-		{"1 2 3", nil, true},
-		{"x 2", nil, true},
+		{"0 4096 8192", []span{{4096, 8192}}, false},
+		{"0 0 1 1 -9223372036854775808 2", []span{{0, 1}, {1 << 63, 2}}, false},
+		// group_concat promises no order: idx decides it.
+		{"2 300 3 0 100 1 1 200 2", []span{{100, 1}, {200, 2}, {300, 3}}, false},
+		{"1 2", nil, true},
+		{"0 x 2", nil, true},
 	} {
 		got, err := parseSpans(tc.in)
 		if (err != nil) != tc.wantErr {

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -235,26 +236,42 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 	return a, nil
 }
 
-// parseSpans reads qAdmit's placement column: "dpa length" pairs of the
-// stored (bit-for-bit int64) values, separated by spaces; "" is none.
+// parseSpans reads qAdmit's placement column: "idx dpa length" triples
+// of the stored (bit-for-bit int64) values, separated by spaces, in any
+// order; "" is none. The spans come back in idx order. The column carries
+// idx instead of asking group_concat for ORDER BY idx, which opens a
+// temporary b-tree in every grant's admission (a third of that query's
+// time when measured alone); sorting a handful of spans here is cheaper.
 func parseSpans(s string) ([]span, error) {
 	f := strings.Fields(s)
-	if len(f)%2 != 0 {
-		return nil, fmt.Errorf("odd number of fields in %q", s)
+	if len(f) == 0 {
+		return nil, nil
 	}
-	var out []span
-	for i := 0; i < len(f); i += 2 {
-		dpa, err := strconv.ParseInt(f[i], 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		length, err := strconv.ParseInt(f[i+1], 10, 64)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, span{u64(dpa), u64(length)})
+	if len(f)%3 != 0 {
+		return nil, fmt.Errorf("placement %q: want idx, dpa and length triples", s)
 	}
-	return out, nil
+	type indexed struct {
+		idx int64
+		s   span
+	}
+	out := make([]indexed, 0, len(f)/3)
+	for i := 0; i < len(f); i += 3 {
+		var v [3]int64
+		for k := range v {
+			n, err := strconv.ParseInt(f[i+k], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("placement %q: %w", s, err)
+			}
+			v[k] = n
+		}
+		out = append(out, indexed{v[0], span{u64(v[1]), u64(v[2])}})
+	}
+	slices.SortFunc(out, func(a, b indexed) int { return cmp.Compare(a.idx, b.idx) })
+	spans := make([]span, len(out))
+	for i, x := range out {
+		spans[i] = x.s
+	}
+	return spans, nil
 }
 
 // CompleteGrant moves adding → granted, recording exactly extents.

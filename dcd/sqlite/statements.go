@@ -74,7 +74,7 @@ const (
 			WHERE hg.host = ?2 AND hg.state IN ` + activeStates + `),
 		(SELECT count(*) FROM grants WHERE chunk = c.id AND state IN ` + activeStates + `),
 		(SELECT count(*) FROM grants WHERE chunk = c.id AND host = ?2 AND state IN ` + activeStates + `),
-		(SELECT group_concat(dpa || ' ' || length, ' ' ORDER BY idx) FROM chunk_extents WHERE chunk = c.id)
+		(SELECT group_concat(idx || ' ' || dpa || ' ' || length, ' ') FROM chunk_extents WHERE chunk = c.id)
 		FROM chunks c WHERE c.id = ?1 AND c.deleted IS NULL`
 )
 
