@@ -311,13 +311,13 @@ func TestSumRange(t *testing.T) {
 }
 
 // TestIndexSizes: the index works at every size, including those whose
-// entries hold the whole home bucket in their tag (k ≤ 2^15, exactly at
-// 2^15) and those where a deletion must read the key to find the home
-// (k > 2^15), through churn that takes counters over again and again:
+// entries hold the whole home bucket in their tag (k ≤ 2^14, exactly at
+// 2^14) and those where a deletion must read the key to find the home
+// (k > 2^14), through churn that takes counters over again and again:
 // the invariants hold, every monitored key is found with its exact count
 // when nothing was ever evicted, and the heavy keys survive the churn.
 func TestIndexSizes(t *testing.T) {
-	for _, k := range []int{2, 3, 1000, 1 << 15, 1<<15 + 1, 1 << 16} {
+	for _, k := range []int{2, 3, 1000, 1 << 14, 1<<14 + 1, 1 << 15, 1 << 16} {
 		t.Run(fmt.Sprint(k), func(t *testing.T) {
 			s := New(k)
 			for x := range uint64(k) { // fill exactly: no take-over yet
@@ -338,6 +338,44 @@ func TestIndexSizes(t *testing.T) {
 			checkInvariants(t, s)
 			if got, ok := s.Get(1 << 50); !ok || got.Count < heavy {
 				t.Fatalf("heavy key: %+v, %v; want count ≥ %d", got, ok, uint64(heavy))
+			}
+		})
+	}
+}
+
+// TestSplits: bucket splits keep the radix heap whole at every step, both
+// those settle does in one walk (buckets up to splitBucket, small weights
+// above the minimum) and the general ones (large weights land high).
+func TestSplits(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		maxW uint64
+	}{
+		{"low buckets", 1 << (splitBucket - 2)},
+		{"high buckets", 1 << 12},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := rand.New(rand.NewPCG(5, uint64(tt.maxW)))
+			s := New(64)
+			exact := map[uint64]uint64{}
+			var n uint64
+			for i := range 20000 {
+				key := r.Uint64N(400)
+				w := 1 + r.Uint64N(tt.maxW)
+				s.Add(key, w)
+				exact[key] += w
+				n += w
+				checkInvariants(t, s)
+				if i%1000 == 0 {
+					for _, it := range s.Top(nil, 64) {
+						if f := exact[it.Key]; it.Count < f || it.Count-it.Err > f {
+							t.Fatalf("key %d: count %d err %d, true weight %d", it.Key, it.Count, it.Err, f)
+						}
+					}
+				}
+			}
+			if s.N() != n {
+				t.Fatalf("N: got %d, want %d", s.N(), n)
 			}
 		})
 	}
