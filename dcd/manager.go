@@ -1249,16 +1249,17 @@ func (m *Manager) recordComplete(ctx context.Context, g Grant, exts []cci.Extent
 // it (QueuedCompleter), and the flow holds the chunk's and host's locks
 // until it is recorded. If recording fails the caller has still been told
 // what the host accepted, which is the device's state, and reconcile
-// records it.
+// records it. told says whether the outcome was queued, so the caller is
+// (or will be, once the intent is durable) told by it.
 func (m *Manager) recordCompleteQueued(ctx context.Context, qc QueuedCompleter, g Grant, exts []cci.Extent, intent *intentCommit) (_ Grant, announce func(), told bool) {
 	queued := false
 	ng, err := qc.CompleteGrantQueued(ctx, g.ID, exts, func(updated time.Time) {
 		queued = true
-		told := g
-		told.State, told.Extents, told.Updated = GrantGranted, slices.Clone(exts), updated
+		answer := g
+		answer.State, answer.Extents, answer.Updated = GrantGranted, slices.Clone(exts), updated
 		if intent.then(func(err error) {
 			if err == nil {
-				intent.tell(told)
+				intent.tell(answer)
 			}
 		}) {
 			// Told from the flow's goroutine, which would go on to
