@@ -341,14 +341,21 @@ func (s *Summary) rebuild() {
 	s.clearHeap()
 	s.last = 0
 	if s.size == s.k {
-		s.last = math.MaxUint64
-		for _, x := range s.slots[:s.size] {
-			s.last = min(s.last, x.cnt)
-		}
+		s.last = s.minCount()
 	}
 	for sl := range s.size {
 		s.link(uint32(sl), s.radix(s.slots[sl].cnt))
 	}
+}
+
+// minCount is the smallest count of the monitored keys, by a scan (decay
+// and tests; the heap keeps it as last otherwise).
+func (s *Summary) minCount() uint64 {
+	m := uint64(math.MaxUint64)
+	for _, x := range s.slots[:s.size] {
+		m = min(m, x.cnt)
+	}
+	return m
 }
 
 // Add adds weight w (≥ 1; 0 counts as 1) to key.

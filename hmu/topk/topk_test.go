@@ -60,11 +60,7 @@ func checkInvariants(t *testing.T, s *Summary) {
 		if s.head[0] == none {
 			t.Fatal("a full summary with bucket 0 empty")
 		}
-		m := s.slots[0].cnt
-		for _, x := range s.slots[:s.size] {
-			m = min(m, x.cnt)
-		}
-		if m != s.Min() {
+		if m := s.minCount(); m != s.Min() {
 			t.Fatalf("Min %d, smallest count %d", s.Min(), m)
 		}
 	}
