@@ -39,6 +39,12 @@ type Config struct {
 	Mapper        Mapper
 	// Timeout bounds each request's round trip (10 s).
 	Timeout time.Duration
+	// Locations is how many keys' block locations the client remembers,
+	// so that GetBatchInto can start reading a block where it was while
+	// the index's answer is on its way, and keep the bytes when the
+	// answer names the same block (locs.go) [DefaultLocations; negative:
+	// none, every get waits for the answer before it reads].
+	Locations int
 	// Remote, if set, makes this a remote rack's client: Host is
 	// RackHost, Token the namespace's remote token, Mapper unused, the
 	// bytes go through the chunks' exports.
@@ -95,7 +101,11 @@ type Client struct {
 	lease   time.Duration
 	maxB    int
 	owed    []owedReply // posted requests whose answers are unread (fast.go)
-	refused int         // items of posted requests the server refused
+	// unpins are the pins of finished gets whose UNPIN goes out with the
+	// next request, or alone when unpinTimer fires first (fast.go).
+	unpins     []uint64
+	unpinTimer *time.Timer
+	refused    int // items of posted requests the server refused
 
 	mapMu sync.Mutex
 	maps  map[[16]byte]host.Mapping
@@ -103,7 +113,8 @@ type Client struct {
 	// exclusively to unmap: a mapping never goes away under a copy.
 	useMu sync.RWMutex
 
-	rem *remote // remote mode
+	rem  *remote // remote mode
+	locs *locs   // remembered block locations; nil: none
 }
 
 // Dial connects and says HELLO.
@@ -119,7 +130,8 @@ func Dial(ctx context.Context, cfg Config) (*Client, error) {
 	if err != nil {
 		return nil, fmt.Errorf("kv client: %w", err)
 	}
-	c := &Client{cfg: cfg, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10), maps: map[[16]byte]host.Mapping{}}
+	c := &Client{cfg: cfg, nc: nc, r: bufio.NewReaderSize(nc, 64<<10), w: bufio.NewWriterSize(nc, 64<<10), maps: map[[16]byte]host.Mapping{},
+		locs: newLocs(cfg.Locations)}
 	if cfg.Remote != nil {
 		cfg.Host, c.cfg.Host = RackHost, RackHost
 		c.rem = newRemote(*cfg.Remote, cfg.Token)
@@ -142,6 +154,9 @@ func (c *Client) Lease() time.Duration { return c.lease }
 // unmaps the chunks.
 func (c *Client) Close() error {
 	c.mu.Lock()
+	if c.unpinTimer != nil {
+		c.unpinTimer.Stop() // the session's end drops its pins
+	}
 	err := c.nc.Close()
 	c.mu.Unlock()
 	c.useMu.Lock()
@@ -223,30 +238,35 @@ func (c *Client) read(ctx context.Context, l wire.Loc) ([]byte, error) {
 // do sends one request and reads its answer; a refusal of the whole
 // request is an *Error.
 func (c *Client) do(ctx context.Context, req *wire.Request) (wire.Response, error) {
+	return c.doWhile(ctx, req, nil)
+}
+
+// doWhile is do running meanwhile, if not nil, once the request is sent
+// and before its answer is read: work that overlaps the round trip (the
+// reads ahead of GetBatchInto). meanwhile runs with the connection held,
+// so it must not make requests of its own.
+func (c *Client) doWhile(ctx context.Context, req *wire.Request, meanwhile func()) (wire.Response, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.nextID++
-	req.ID = c.nextID
-	var err error
-	if c.out, err = wire.AppendRequest(c.out[:0], req); err != nil {
-		return wire.Response{}, fmt.Errorf("kv client: %w", err)
+	if err := c.frameLocked(req); err != nil {
+		return wire.Response{}, err
 	}
-	dl := time.Now().Add(c.cfg.Timeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	_ = c.nc.SetDeadline(dl)
+	c.setDeadlineLocked(ctx)
 	if _, err := c.w.Write(c.out); err != nil {
 		return wire.Response{}, fmt.Errorf("kv client: send %s: %w", req.Op, err)
 	}
 	if err := c.w.Flush(); err != nil {
 		return wire.Response{}, fmt.Errorf("kv client: send %s: %w", req.Op, err)
 	}
+	if meanwhile != nil {
+		meanwhile()
+	}
 	if err := c.drainLocked(); err != nil {
 		return wire.Response{}, err
 	}
 	var h wire.Header
 	var body []byte
+	var err error
 	h, body, c.buf, err = wire.ReadFrame(c.r, c.buf, wire.DefaultMaxBody+64)
 	if err != nil {
 		return wire.Response{}, fmt.Errorf("kv client: answer to %s: %w", req.Op, err)
@@ -546,6 +566,9 @@ func (c *Client) Exists(ctx context.Context, keys [][]byte) ([]bool, error) {
 
 // Delete removes keys; per-key ErrNotFound.
 func (c *Client) Delete(ctx context.Context, keys [][]byte) ([]error, error) {
+	for _, k := range keys {
+		c.locs.forget(k)
+	}
 	return c.keyOp(ctx, wire.OpDelete, keys)
 }
 

@@ -57,6 +57,13 @@ func newRig(t testing.TB, network string) *rig { return newRigEvents(t, network,
 // newRigEvents is newRig with the index's events going to sink.
 func newRigEvents(t testing.TB, network string, sink kv.EventSink) *rig {
 	t.Helper()
+	return newRigServer(t, network, kv.ServerConfig{}, sink)
+}
+
+// newRigServer is newRigEvents with the server's limits of scfg (its
+// Index and PerSource are the rig's).
+func newRigServer(t testing.TB, network string, scfg kv.ServerConfig, sink kv.EventSink) *rig {
+	t.Helper()
 	ix, err := kv.OpenIndex(kv.IndexConfig{Dir: t.TempDir(), Events: sink})
 	if err != nil {
 		t.Fatal(err)
@@ -75,7 +82,8 @@ func newRigEvents(t testing.TB, network string, sink kv.EventSink) *rig {
 			t.Fatal(err)
 		}
 	}
-	srv, err := kv.NewServer(kv.ServerConfig{Index: ix, PerSource: 8})
+	scfg.Index, scfg.PerSource = ix, 8
+	srv, err := kv.NewServer(scfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"cxlpool/kv/wire"
@@ -16,10 +17,13 @@ import (
 // round trip the copy has to wait for. GetBatchInto pins instead (GET with
 // PIN): a pinned block is never evicted and its space never reused, so
 // the bytes are valid for the whole copy without asking again, and the
-// UNPIN is posted, sent at once but its answer read before the next
-// request's (the protocol answers a connection's requests in order), so
-// nobody waits for it. The pins live a round trip longer than the copy;
-// the session's lease, and closing the connection, bound them as any pin.
+// UNPIN is posted: it goes out with the client's next request, in the
+// same write, or alone after unpinDelay, and its answer is read before
+// the next request's (the protocol answers a connection's requests in
+// order), so nobody waits for it. The pins live up to unpinDelay longer
+// than the copy; the session's lease, and closing the connection, bound
+// them as any pin. With a remembered location the copy does not even
+// wait for the GET (locs.go).
 
 // ErrShortBuffer: a destination buffer is smaller than its block.
 var ErrShortBuffer = fmt.Errorf("kv client: destination buffer shorter than the block")
@@ -27,11 +31,8 @@ var ErrShortBuffer = fmt.Errorf("kv client: destination buffer shorter than the 
 // post sends req without reading its answer; the next request reads it
 // first (drainLocked). Called with c.mu held.
 func (c *Client) postLocked(ctx context.Context, req *wire.Request) error {
-	c.nextID++
-	req.ID = c.nextID
-	var err error
-	if c.out, err = wire.AppendRequest(c.out[:0], req); err != nil {
-		return fmt.Errorf("kv client: %w", err)
+	if err := c.frameLocked(req); err != nil {
+		return err
 	}
 	c.setDeadlineLocked(ctx)
 	if _, err := c.w.Write(c.out); err != nil {
@@ -42,6 +43,76 @@ func (c *Client) postLocked(ctx context.Context, req *wire.Request) error {
 	}
 	c.owed = append(c.owed, owedReply{id: req.ID, op: req.Op})
 	return nil
+}
+
+// frameLocked encodes req into c.out with the next request id, after
+// the UNPIN of the pins finished gets left (unpinLocked), which then goes
+// out in the same write and whose answer is read first (owed). Called
+// with c.mu held.
+func (c *Client) frameLocked(req *wire.Request) error {
+	c.out = c.out[:0]
+	if len(c.unpins) > 0 {
+		c.nextID++
+		u := wire.Request{Op: wire.OpUnpin, ID: c.nextID, Blocks: c.unpins}
+		var err error
+		if c.out, err = wire.AppendRequest(c.out, &u); err != nil {
+			return fmt.Errorf("kv client: %w", err)
+		}
+		c.owed = append(c.owed, owedReply{id: u.ID, op: u.Op})
+		c.unpins = c.unpins[:0]
+	}
+	c.nextID++
+	req.ID = c.nextID
+	var err error
+	if c.out, err = wire.AppendRequest(c.out, req); err != nil {
+		return fmt.Errorf("kv client: %w", err)
+	}
+	return nil
+}
+
+// unpinDelay bounds how long a finished get's pins wait for the next
+// request to carry their UNPIN before it is sent alone.
+const unpinDelay = time.Millisecond
+
+// unpinLocked leaves the UNPIN of blocks to the next request: a get's
+// caller does not wait for sending it, and a client that gets in a loop
+// sends it in the same write as its next GET (the server answers in
+// order, so the pins end before the next ones begin). If no request
+// comes within unpinDelay it goes alone. Called with c.mu held.
+func (c *Client) unpinLocked(blocks []uint64) error {
+	limit := c.maxB
+	if limit <= 0 {
+		limit = wire.DefaultMaxBatch
+	}
+	if len(c.unpins)+len(blocks) > limit {
+		// Another get's pins are still waiting: one UNPIN holds a batch.
+		pending := slices.Clone(c.unpins)
+		c.unpins = c.unpins[:0]
+		if err := c.postLocked(context.Background(), &wire.Request{Op: wire.OpUnpin, Blocks: pending}); err != nil {
+			return err
+		}
+	}
+	c.unpins = append(c.unpins, blocks...)
+	if c.unpinTimer == nil {
+		c.unpinTimer = time.AfterFunc(unpinDelay, c.flushUnpins)
+	} else {
+		c.unpinTimer.Reset(unpinDelay)
+	}
+	return nil
+}
+
+// flushUnpins sends the UNPIN no request carried in time.
+func (c *Client) flushUnpins() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.unpins) == 0 {
+		return
+	}
+	pending := slices.Clone(c.unpins)
+	c.unpins = c.unpins[:0]
+	// A failure is the connection's: the next request reports it, and
+	// the session's end drops the pins.
+	_ = c.postLocked(context.Background(), &wire.Request{Op: wire.OpUnpin, Blocks: pending})
 }
 
 // owedReply is a posted request whose answer is not read yet.
@@ -105,9 +176,13 @@ func (c *Client) PostedRefusals() int {
 // GetBatchInto copies the blocks of keys into dsts (dsts[i] must hold
 // key i's block: ErrShortBuffer otherwise) and returns each block's
 // length, in one index round trip per batch the caller waits for (GET
-// with PIN; the UNPIN is posted). It allocates nothing per block: the
-// serving framework's buffers (LMCache's or HiCache's host buffers) are
-// the destination. A block that is not stored is ErrNotFound in its slot.
+// with PIN; the UNPIN is posted). A block whose location the client
+// remembers (Config.Locations) is read there while the GET is on its
+// way, and those bytes are kept when the GET answers the same block
+// (locs.go): its read then costs no round trip of its own. It allocates
+// nothing per block: the serving framework's buffers (LMCache's or
+// HiCache's host buffers) are the destination. A block that is not
+// stored is ErrNotFound in its slot.
 func (c *Client) GetBatchInto(ctx context.Context, keys, dsts [][]byte) ([]int, []error, error) {
 	if len(keys) != len(dsts) {
 		return nil, nil, fmt.Errorf("kv client: %d keys and %d buffers", len(keys), len(dsts))
@@ -115,15 +190,43 @@ func (c *Client) GetBatchInto(ctx context.Context, keys, dsts [][]byte) ([]int, 
 	lens := make([]int, len(keys))
 	errs := make([]error, len(keys))
 	err := c.batches(len(keys), func(lo, hi int) error {
-		resp, err := c.do(ctx, &wire.Request{Op: wire.OpGet, Flags: wire.FlagPin, Keys: keys[lo:hi]})
+		// The reads ahead: the keys of this batch with a remembered
+		// location that fits their buffer.
+		type ahead struct {
+			j   int
+			loc wire.Loc
+			err error
+		}
+		var guesses []ahead
+		for j, key := range keys[lo:hi] {
+			if l, ok := c.locs.lookup(key); ok && l.Length <= uint64(len(dsts[lo+j])) {
+				guesses = append(guesses, ahead{j: j, loc: l})
+			}
+		}
+		var meanwhile func()
+		if len(guesses) > 0 {
+			meanwhile = func() {
+				c.readAll(len(guesses), func(k int) {
+					g := &guesses[k]
+					g.err = c.readInto(ctx, g.loc, dsts[lo+g.j][:g.loc.Length])
+				})
+			}
+		}
+		resp, err := c.doWhile(ctx, &wire.Request{Op: wire.OpGet, Flags: wire.FlagPin, Keys: keys[lo:hi]}, meanwhile)
 		if err != nil {
 			return err
 		}
 		pinned := make([]uint64, 0, len(resp.Items))
 		found := make([]int, 0, len(resp.Items))
+		kept, reread := 0, 0
 		for j, it := range resp.Items {
 			i := lo + j
+			var guess *ahead
+			if len(guesses) > 0 && guesses[0].j == j {
+				guess, guesses = &guesses[0], guesses[1:]
+			}
 			if errs[i] = itemErr(wire.OpGet, it.Status); errs[i] != nil {
+				c.locs.forget(keys[i])
 				continue
 			}
 			pinned = append(pinned, it.Loc.Block)
@@ -131,8 +234,18 @@ func (c *Client) GetBatchInto(ctx context.Context, keys, dsts [][]byte) ([]int, 
 				errs[i] = fmt.Errorf("kv client: block of %d bytes into %d: %w", it.Loc.Length, len(dsts[i]), ErrShortBuffer)
 				continue
 			}
+			if guess != nil {
+				if guess.err == nil && guess.loc == it.Loc {
+					lens[i] = int(it.Loc.Length)
+					kept++
+					continue
+				}
+				reread++
+			}
+			c.locs.remember(keys[i], it.Loc)
 			found = append(found, j)
 		}
+		c.locs.count(kept, reread)
 		c.readAll(len(found), func(k int) {
 			j := found[k]
 			i := lo + j
@@ -146,7 +259,7 @@ func (c *Client) GetBatchInto(ctx context.Context, keys, dsts [][]byte) ([]int, 
 		}
 		c.mu.Lock()
 		defer c.mu.Unlock()
-		return c.postLocked(ctx, &wire.Request{Op: wire.OpUnpin, Blocks: pinned})
+		return c.unpinLocked(pinned)
 	})
 	return lens, errs, err
 }
@@ -181,6 +294,9 @@ func (c *Client) Locate(ctx context.Context, keys [][]byte) ([]wire.Loc, []error
 		for j, it := range resp.Items {
 			if errs[lo+j] = itemErr(wire.OpGet, it.Status); errs[lo+j] == nil {
 				locs[lo+j] = it.Loc
+				c.locs.remember(keys[lo+j], it.Loc)
+			} else {
+				c.locs.forget(keys[lo+j])
 			}
 		}
 		return nil

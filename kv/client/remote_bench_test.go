@@ -12,6 +12,7 @@ import (
 
 	"cxlpool/dcd"
 	"cxlpool/kv"
+	"cxlpool/kv/client"
 )
 
 // BenchmarkRemoteGet: a remote rack's GetBatchInto of 256 KiB and 2 MiB
@@ -19,10 +20,16 @@ import (
 // export, the UNPIN posted), beside
 // raw TCP moving the same bytes over loopback in the same run (one
 // request, one answer of the block's length, from a buffer of the same
-// size as the blocks' working set). Reported: MB/s of each, and
-// x-raw-tcp, the rack's throughput over raw TCP's (goal ≥ 0.8). batch=8
-// is GetBatchInto of 8 blocks (one GET, 8 READs in flight) beside
-// 8 raw requests pipelined on the one connection.
+// size as the blocks' working set). Two racks take turns: one that
+// remembers where blocks were (the default: the READ starts with the GET
+// and is kept when the block has not moved, as every block here has
+// not), and one that remembers nothing (Locations -1: the READ waits for
+// the GET's answer, as a block read for the first time does). Reported:
+// MB/s of each, and x-raw-tcp and x-raw-tcp-cold, each rack's throughput
+// over raw TCP's (goal ≥ 0.8), and kept/get, the reads ahead the warm
+// rack kept per block. batch=8 is GetBatchInto of 8 blocks (one GET, 8
+// READs in flight) beside 8 raw requests pipelined on the one
+// connection.
 func BenchmarkRemoteGet(b *testing.B) {
 	for _, batch := range []int{1, 8} {
 		for _, size := range []int{256 << 10, 2 << 20} {
@@ -60,8 +67,14 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if _, err := rack.Get(ctx, keys[0]); err != nil { // dial the export outside the timing
+	cold, err := r.rack(ctx, b, "bench", ra.Token, func(c *client.Config) { c.Locations = -1 })
+	if err != nil {
 		b.Fatal(err)
+	}
+	for _, c := range []*client.Client{rack, cold} {
+		if _, err := c.Get(ctx, keys[0]); err != nil { // dial the export outside the timing
+			b.Fatal(err)
+		}
 	}
 	raw := startRawBlocks(b, n*size)
 	rc, err := dialRawBlocks(raw)
@@ -76,17 +89,8 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 
 	// Interleaved, one of each per iteration, so that the load of a
 	// shared machine weighs on both alike.
-	var remote, rawd time.Duration
-	b.ResetTimer()
-	for i := range b.N {
-		ks := make([][]byte, batch)
-		offs := make([]int, batch)
-		for k := range batch {
-			at := (i*batch + k) % n
-			ks[k], offs[k] = keys[at], at*size
-		}
-		t0 := time.Now()
-		lens, errs, err := rack.GetBatchInto(ctx, ks, bufs)
+	get := func(c *client.Client, ks [][]byte) {
+		lens, errs, err := c.GetBatchInto(ctx, ks, bufs)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -95,19 +99,44 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 				b.Fatalf("get: %d bytes, %v; want %d", n, errs[k], size)
 			}
 		}
+	}
+	kept0, _ := rack.ReadAhead()
+	var remote, coldd, rawd time.Duration
+	b.ResetTimer()
+	for i := range b.N {
+		ks := make([][]byte, batch)
+		offs := make([]int, batch)
+		for k := range batch {
+			at := (i*batch + k) % n
+			ks[k], offs[k] = keys[at], at*size
+		}
+		// The racks take turns going first.
+		first, second, d1, d2 := rack, cold, &remote, &coldd
+		if i%2 == 1 {
+			first, second, d1, d2 = cold, rack, &coldd, &remote
+		}
+		t0 := time.Now()
+		get(first, ks)
 		t1 := time.Now()
+		get(second, ks)
+		t2 := time.Now()
 		// Into the same buffers.
 		if err := rc.readMany(bufs, offs); err != nil {
 			b.Fatal(err)
 		}
-		remote += t1.Sub(t0)
-		rawd += time.Since(t1)
+		*d1 += t1.Sub(t0)
+		*d2 += t2.Sub(t1)
+		rawd += time.Since(t2)
 	}
 	b.StopTimer()
+	kept, _ := rack.ReadAhead()
 	mb := float64(b.N) * float64(batch*size) / 1e6
 	b.ReportMetric(mb/remote.Seconds(), "rack-MB/s")
+	b.ReportMetric(mb/coldd.Seconds(), "rack-cold-MB/s")
 	b.ReportMetric(mb/rawd.Seconds(), "raw-tcp-MB/s")
 	b.ReportMetric(rawd.Seconds()/remote.Seconds(), "x-raw-tcp")
+	b.ReportMetric(rawd.Seconds()/coldd.Seconds(), "x-raw-tcp-cold")
+	b.ReportMetric(float64(kept-kept0)/float64(b.N*batch), "kept/get")
 }
 
 // startRawBlocks serves raw reads: a request is the length and offset

@@ -40,9 +40,13 @@ func resolver(svc *kv.Service, name string) func(context.Context) (map[[16]byte]
 	}
 }
 
-func (r *boxRig) rack(ctx context.Context, t testing.TB, name string, tok kv.Token) (*client.Client, error) {
-	c, err := client.Dial(ctx, client.Config{Addr: r.addr, Namespace: name, Token: tok,
-		Remote: &client.Remote{Addr: r.app.ExportAddr.String(), Resolve: resolver(r.app.KV, name), Conns: rackConns}})
+func (r *boxRig) rack(ctx context.Context, t testing.TB, name string, tok kv.Token, opts ...func(*client.Config)) (*client.Client, error) {
+	cfg := client.Config{Addr: r.addr, Namespace: name, Token: tok,
+		Remote: &client.Remote{Addr: r.app.ExportAddr.String(), Resolve: resolver(r.app.KV, name), Conns: rackConns}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	c, err := client.Dial(ctx, cfg)
 	if err == nil {
 		t.Cleanup(func() { c.Close() })
 	}
@@ -236,5 +240,76 @@ func TestReexportRevokesOld(t *testing.T) {
 	}
 	if err := r.app.KV.Unexport(ctx, "ns"); !errors.Is(err, kv.ErrConflict) {
 		t.Errorf("second Unexport: %v, want conflict (not exported)", err)
+	}
+}
+
+// TestRackReadAhead: a rack's gets of blocks it has read before start
+// their READs through the export with the GET, keep the bytes when the
+// block has not moved, and read again at the block's new place when a
+// host stored the key anew meanwhile.
+func TestRackReadAhead(t *testing.T) {
+	r := newBoxRig(t, withExports)
+	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
+	defer cancel()
+	const chunk = 16 << 20
+	ns, toks, err := r.app.KV.Create(ctx, kv.CreateRequest{Name: "ra", ChunkSize: chunk, Hosts: []dcd.HostID{0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ra, err := r.app.KV.Export(ctx, "ra", "rack-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h0 := r.host(ctx, t, "ra", ns.Chunks[0].Tag.String(), 0, toks[0])
+	rack, err := r.rack(ctx, t, "ra", ra.Token)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, vals := blockValues(8, 256<<10, 4)
+	errs, err := h0.PutBatch(ctx, keys, vals)
+	mustAll(t, "put", errs, err)
+	dsts := make([][]byte, len(keys))
+	for i := range dsts {
+		dsts[i] = make([]byte, 256<<10)
+	}
+	check := func(what string, want [][]byte) {
+		t.Helper()
+		for i := range dsts {
+			clear(dsts[i])
+		}
+		lens, errs, err := rack.GetBatchInto(ctx, keys, dsts)
+		mustAll(t, what, errs, err)
+		for i := range keys {
+			if !bytes.Equal(dsts[i][:lens[i]], want[i]) {
+				t.Fatalf("%s: %s: bytes differ", what, keys[i])
+			}
+		}
+	}
+	type counts struct{ Kept, Reread int }
+	ahead := func() counts {
+		k, r := rack.ReadAhead()
+		return counts{k, r}
+	}
+	check("first get", vals)
+	check("second get", vals)
+	if got, want := ahead(), (counts{8, 0}); got != want {
+		t.Errorf("after two gets: %+v, want %+v", got, want)
+	}
+	// Host 0 stores keys[3] anew, with other bytes, elsewhere.
+	if errs, err := h0.Delete(ctx, keys[3:4]); err != nil || errors.Join(errs...) != nil {
+		t.Fatalf("delete: %v %v", err, errs)
+	}
+	_, nv := blockValues(1, 256<<10, 5)
+	if err := h0.Put(ctx, []byte("pad"), make([]byte, 256<<10)); err != nil { // takes the old place
+		t.Fatal(err)
+	}
+	if err := h0.Put(ctx, keys[3], nv[0]); err != nil {
+		t.Fatal(err)
+	}
+	want := slices.Clone(vals)
+	want[3] = nv[0]
+	check("get after the host stored a key anew", want)
+	if got, want := ahead(), (counts{15, 1}); got != want {
+		t.Errorf("after the stale get: %+v, want %+v", got, want)
 	}
 }
