@@ -157,3 +157,21 @@ func TestEndedGrantLeavesLayoutAtOnce(t *testing.T) {
 		t.Errorf("ledger read %d times for the release, want 0 (the rebuild waits for the interval)", got-reads)
 	}
 }
+
+// TestRebuildGap: rebuilds are spaced by the configured interval until
+// they cost more than a tenth of it, then by ten times their cost.
+func TestRebuildGap(t *testing.T) {
+	for _, tc := range []struct {
+		interval, cost, want time.Duration
+	}{
+		{20 * time.Millisecond, 0, 20 * time.Millisecond},
+		{20 * time.Millisecond, time.Millisecond, 20 * time.Millisecond},
+		{20 * time.Millisecond, 2 * time.Millisecond, 20 * time.Millisecond},
+		{20 * time.Millisecond, 3 * time.Millisecond, 30 * time.Millisecond},
+		{20 * time.Millisecond, 25 * time.Millisecond, 250 * time.Millisecond},
+	} {
+		if got := rebuildGap(tc.interval, tc.cost); got != tc.want {
+			t.Errorf("rebuildGap(%v, %v) = %v, want %v", tc.interval, tc.cost, got, tc.want)
+		}
+	}
+}
