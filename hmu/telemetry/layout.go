@@ -17,11 +17,11 @@ import (
 // after a quiet spell rebuilds at once, later ones at most once per
 // Tuning.LayoutInterval, and the last change of a burst always gets a
 // rebuild that reads the ledger after it. A rebuild's cost grows with the
-// grants (a median 5 ms at 480 on the 2-core build machine, a quarter of
-// a core at the 20 ms interval), so the interval also
-// grows with what the last rebuild took (rebuildGap): a burst never
-// spends more than a tenth of a core on the layout. The interval is real
-// time, not the service's clock: it bounds CPU, it stamps nothing.
+// grants (a median 5 ms at 480 on the 2-core build machine: a quarter of
+// a core at the 20 ms interval), so the interval also grows with what the
+// last rebuild took (rebuildGap): a burst never spends more than a tenth
+// of a core on the layout. The interval is real time, not the service's
+// clock: it bounds CPU, it stamps nothing.
 func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 	backstop := time.NewTicker(10 * time.Second)
 	defer backstop.Stop()
