@@ -89,7 +89,7 @@ bench: build
 	$(BENCH_TEST) -bench='^BenchmarkLoopback$$' -benchtime=1x ./rdma/ | tee -a bench.txt
 	$(BENCH_TEST) -bench='^BenchmarkHosts$$' -benchtime=4x -timeout=60m ./kv/client/ | tee -a bench.txt
 	$(BENCH_TEST) -bench='^BenchmarkLookupVsRedis$$' -benchtime=5000x ./kv/client/ | tee -a bench.txt
-	$(BENCH_TEST) -bench='^BenchmarkRemoteGet$$' -benchtime=100x ./kv/client/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^BenchmarkRemoteGet$$' -benchtime=300x ./kv/client/ | tee -a bench.txt
 	$(GO) test -run='^$$' -bench='^BenchmarkTraceFetch$$' -benchtime=1x -count=3 -timeout=60m ./kv/client/ | tee -a bench.txt
 	bash bench/outside.sh $(BENCH_COUNT) $(BENCH_ROUND) | tee -a bench.txt
 	@echo "# loadavg: $$(cut -d' ' -f1-3 /proc/loadavg) at the end" >> bench.txt
