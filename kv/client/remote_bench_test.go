@@ -105,7 +105,9 @@ func benchRemoteGet(b *testing.B, size, batch int) {
 	// timing, as a rack re-reading shared prefixes has: every timed get
 	// of it reads ahead.
 	for k := range keys {
-		get(rack, keys[k:k+1])
+		if _, errs, err := rack.GetBatchInto(ctx, keys[k:k+1], bufs[:1]); err != nil || errs[0] != nil {
+			b.Fatal(err, errs[0])
+		}
 	}
 	kept0, _ := rack.ReadAhead()
 	var remote, coldd, rawd time.Duration
