@@ -248,15 +248,8 @@ func (c *Client) do(ctx context.Context, req *wire.Request) (wire.Response, erro
 func (c *Client) doWhile(ctx context.Context, req *wire.Request, meanwhile func()) (wire.Response, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if err := c.frameLocked(req); err != nil {
+	if err := c.sendLocked(ctx, req); err != nil {
 		return wire.Response{}, err
-	}
-	c.setDeadlineLocked(ctx)
-	if _, err := c.w.Write(c.out); err != nil {
-		return wire.Response{}, fmt.Errorf("kv client: send %s: %w", req.Op, err)
-	}
-	if err := c.w.Flush(); err != nil {
-		return wire.Response{}, fmt.Errorf("kv client: send %s: %w", req.Op, err)
 	}
 	if meanwhile != nil {
 		meanwhile()

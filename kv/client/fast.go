@@ -31,7 +31,18 @@ var ErrShortBuffer = fmt.Errorf("kv client: destination buffer shorter than the 
 // post sends req without reading its answer; the next request reads it
 // first (drainLocked). Called with c.mu held.
 func (c *Client) postLocked(ctx context.Context, req *wire.Request) error {
-	if err := c.frameLocked(req); err != nil {
+	if err := c.sendLocked(ctx, req); err != nil {
+		return err
+	}
+	c.owed = append(c.owed, owedReply{id: req.ID, op: req.Op})
+	return nil
+}
+
+// sendLocked frames req (frameLocked) and writes it. Called with c.mu
+// held.
+func (c *Client) sendLocked(ctx context.Context, req *wire.Request) error {
+	sent, err := c.frameLocked(req)
+	if err != nil {
 		return err
 	}
 	c.setDeadlineLocked(ctx)
@@ -41,33 +52,38 @@ func (c *Client) postLocked(ctx context.Context, req *wire.Request) error {
 	if err := c.w.Flush(); err != nil {
 		return fmt.Errorf("kv client: send %s: %w", req.Op, err)
 	}
-	c.owed = append(c.owed, owedReply{id: req.ID, op: req.Op})
+	sent()
 	return nil
 }
 
 // frameLocked encodes req into c.out with the next request id, after
 // the UNPIN of the pins finished gets left (unpinLocked), which then goes
-// out in the same write and whose answer is read first (owed). Called
-// with c.mu held.
-func (c *Client) frameLocked(req *wire.Request) error {
-	c.out = c.out[:0]
+// out in the same write. sent must be called once c.out is written: the
+// UNPIN's answer is then owed (read first), and its pins are no longer
+// waiting; a request not sent leaves them waiting for the next one.
+// Called with c.mu held.
+func (c *Client) frameLocked(req *wire.Request) (sent func(), err error) {
+	out, id := c.out[:0], c.nextID
+	var unpin uint32 // the UNPIN's id; 0: none
 	if len(c.unpins) > 0 {
-		c.nextID++
-		u := wire.Request{Op: wire.OpUnpin, ID: c.nextID, Blocks: c.unpins}
-		var err error
-		if c.out, err = wire.AppendRequest(c.out, &u); err != nil {
-			return fmt.Errorf("kv client: %w", err)
+		id++
+		unpin = id
+		if out, err = wire.AppendRequest(out, &wire.Request{Op: wire.OpUnpin, ID: unpin, Blocks: c.unpins}); err != nil {
+			return nil, fmt.Errorf("kv client: %w", err)
 		}
-		c.owed = append(c.owed, owedReply{id: u.ID, op: u.Op})
-		c.unpins = c.unpins[:0]
 	}
-	c.nextID++
-	req.ID = c.nextID
-	var err error
-	if c.out, err = wire.AppendRequest(c.out, req); err != nil {
-		return fmt.Errorf("kv client: %w", err)
+	id++
+	req.ID = id
+	if out, err = wire.AppendRequest(out, req); err != nil {
+		return nil, fmt.Errorf("kv client: %w", err)
 	}
-	return nil
+	c.out, c.nextID = out, id
+	return func() {
+		if unpin != 0 {
+			c.owed = append(c.owed, owedReply{id: unpin, op: wire.OpUnpin})
+			c.unpins = c.unpins[:0]
+		}
+	}, nil
 }
 
 // unpinDelay bounds how long a finished get's pins wait for the next

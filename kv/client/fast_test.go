@@ -288,3 +288,41 @@ func TestUnpinDeferred(t *testing.T) {
 		t.Errorf("posted refusals %d, want 0 (an UNPIN refused: over the batch limit?)", n)
 	}
 }
+
+// TestUnpinAfterUnsendableRequest: a request that cannot be encoded (a key
+// over the frame's 64 KiB field) sends nothing, so the UNPIN waiting for
+// it still waits: the next request carries it, and nothing waits for an
+// answer to an UNPIN never sent.
+func TestUnpinAfterUnsendableRequest(t *testing.T) {
+	r := newRig(t, "tcp")
+	a, err := r.dial(t, "tcp", 0, r.tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := r.dial(t, "tcp", 1, r.tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	if err := a.Put(ctx, []byte("k"), make([]byte, 4096)); err != nil {
+		t.Fatal(err)
+	}
+	if _, errs, err := b.GetBatchInto(ctx, [][]byte{[]byte("k")}, [][]byte{make([]byte, 4096)}); err != nil || errs[0] != nil {
+		t.Fatalf("get: %v %v", err, errs)
+	}
+	if _, err := b.Exists(ctx, [][]byte{make([]byte, 70000)}); err == nil {
+		t.Fatal("a request with a 70000-byte key was sent")
+	}
+	if _, err := b.Stat(ctx); err != nil {
+		t.Fatalf("the request after it: %v", err)
+	}
+	if errs, err := a.Delete(ctx, [][]byte{[]byte("k")}); err != nil || errs[0] != nil {
+		t.Fatalf("delete: %v %v", err, errs)
+	}
+	if err := a.Put(ctx, []byte("whole"), make([]byte, chunkSize)); err != nil {
+		t.Errorf("a put of the whole chunk: %v (b's pin not dropped?)", err)
+	}
+	if n := b.PostedRefusals(); n != 0 {
+		t.Errorf("posted refusals %d, want 0", n)
+	}
+}
