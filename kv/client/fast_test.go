@@ -22,14 +22,7 @@ import (
 // once: a put of the whole chunk fits).
 func TestGetBatchInto(t *testing.T) {
 	r := newRig(t, "tcp")
-	a, err := r.dial(t, "tcp", 0, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := r.dial(t, "tcp", 1, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := r.hosts01(t)
 	ctx := t.Context()
 	var keys, vals [][]byte
 	for i := range 4 {
@@ -114,14 +107,7 @@ func TestLocate(t *testing.T) {
 // for a key it saw go.
 func TestReadAhead(t *testing.T) {
 	r := newRig(t, "tcp")
-	a, err := r.dial(t, "tcp", 0, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := r.dial(t, "tcp", 1, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := r.hosts01(t)
 	ctx := t.Context()
 	keys := [][]byte{[]byte("k0"), []byte("k1"), []byte("k2")}
 	fill := func(c byte) [][]byte {
@@ -236,14 +222,7 @@ func TestReadAhead(t *testing.T) {
 // whose pins would not fit one UNPIN, make the older pins go at once.
 func TestUnpinDeferred(t *testing.T) {
 	r := newRigServer(t, "tcp", kv.ServerConfig{MaxBatch: 3}, nil)
-	a, err := r.dial(t, "tcp", 0, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := r.dial(t, "tcp", 1, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := r.hosts01(t)
 	ctx := t.Context()
 	keys := [][]byte{[]byte("k0"), []byte("k1"), []byte("k2")}
 	vals := [][]byte{make([]byte, 4096), make([]byte, 4096), make([]byte, 4096)}
@@ -295,14 +274,7 @@ func TestUnpinDeferred(t *testing.T) {
 // answer to an UNPIN never sent.
 func TestUnpinAfterUnsendableRequest(t *testing.T) {
 	r := newRig(t, "tcp")
-	a, err := r.dial(t, "tcp", 0, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := r.dial(t, "tcp", 1, r.tok)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := r.hosts01(t)
 	ctx := t.Context()
 	if err := a.Put(ctx, []byte("k"), make([]byte, 4096)); err != nil {
 		t.Fatal(err)
@@ -325,4 +297,18 @@ func TestUnpinAfterUnsendableRequest(t *testing.T) {
 	if n := b.PostedRefusals(); n != 0 {
 		t.Errorf("posted refusals %d, want 0", n)
 	}
+}
+
+// hosts01 dials the rig over TCP as host 0 and as host 1.
+func (r *rig) hosts01(t *testing.T) (a, b *client.Client) {
+	t.Helper()
+	a, err := r.dial(t, "tcp", 0, r.tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = r.dial(t, "tcp", 1, r.tok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }
