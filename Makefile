@@ -81,7 +81,7 @@ bench: build
 	bash rdma/bench-redis.sh || echo "no redis-server: the Redis baselines are skipped"
 	@{ echo "# date: $$(date -u '+%Y-%m-%d %H:%M UTC')"; echo "# commit: $$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"; \
 	  echo "# loadavg: $$(cut -d' ' -f1-3 /proc/loadavg) at the start"; } > bench.txt
-	$(BENCH_TEST) -bench='^Benchmark(GrantLatency|GrantsParallel8)$$' -benchtime=1000x ./appliance/ | tee -a bench.txt
+	$(BENCH_TEST) -bench='^Benchmark(GrantLatency|GrantsParallel8|GrantsParallel8Held)$$' -benchtime=1000x ./appliance/ | tee -a bench.txt
 	$(BENCH_TEST) -bench=. -benchtime=0.3s ./dcd/... ./fabric/... ./sim/ | tee -a bench.txt
 	$(BENCH_TEST) -bench='^BenchmarkGetChunksVsBareHTTP$$' ./api/ | tee -a bench.txt
 	$(BENCH_TEST) -bench='^Benchmark(Add|Ingest|FanOutLag|BytesPerSlot|Collector|CollectorMemory)$$' -benchtime=0.5s ./hmu/... | tee -a bench.txt
