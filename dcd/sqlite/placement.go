@@ -1,10 +1,8 @@
 package sqlite
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"slices"
 
 	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
@@ -66,45 +64,6 @@ func place(r dcd.Region, size uint64, busy []span) ([]span, error) {
 			r.Index, maxPlacementExtents, dcd.ErrNoCapacity)
 	}
 	return out, nil
-}
-
-// busySpans returns the DPA ranges of region r that are not free, sorted
-// and merged, and every orphaned extent as stored (for regionFree), from
-// one statement.
-func busySpans(ctx context.Context, tx *Tx, r dcd.Region) (busy, orphans []span, err error) {
-	var all []span
-	rows, err := tx.QueryContext(ctx, qBusySpans)
-	if err != nil {
-		return nil, nil, fmt.Errorf("busy capacity: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var dpa, length int64
-		var orphan bool
-		if err := rows.Scan(&dpa, &length, &orphan); err != nil {
-			return nil, nil, fmt.Errorf("busy capacity: %w", err)
-		}
-		s := span{u64(dpa), u64(length)}
-		if orphan {
-			orphans = append(orphans, s)
-		}
-		if s.length > 0 && s.dpa < r.Base+r.Length && s.end() > r.Base {
-			all = append(all, s)
-		}
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("busy capacity: %w", err)
-	}
-	slices.SortFunc(all, func(a, b span) int { return cmp.Compare(a.dpa, b.dpa) })
-	var merged []span
-	for _, s := range all {
-		if k := len(merged); k > 0 && s.dpa <= merged[k-1].end() {
-			merged[k-1].length = max(merged[k-1].end(), s.end()) - merged[k-1].dpa
-			continue
-		}
-		merged = append(merged, s)
-	}
-	return merged, orphans, nil
 }
 
 // insertPlacement records chunk's placement.

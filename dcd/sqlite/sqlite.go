@@ -81,6 +81,9 @@ type Ledger struct {
 	w writer
 	// fence keeps reads behind outcomes already told (readFence).
 	fence readFence
+	// busy is the writer's cache of the DPA ranges that are not free
+	// (busy.go).
+	busy busyCache
 }
 
 // groupSync lets concurrent durable commits share one fsync: one caller
@@ -105,6 +108,8 @@ type Tx struct {
 	// connection statements are not cancelled (runWrite), and a batch's
 	// (batch.go) must not be interrupted by any one caller giving up.
 	ctx context.Context
+	// busy is the writer's busy-span cache, set with wc (busy.go).
+	busy *busyCache
 }
 
 // ExecContext runs a statement.
@@ -162,7 +167,7 @@ func (t *Tx) QueryRowContext(ctx context.Context, query string, args ...any) *sq
 // grant and release, at open, while no transaction holds the connection.
 func (l *Ledger) prepare(ctx context.Context) error {
 	var err error
-	if l.stmts, err = prepareOn(ctx, l.wc, writerStatements...); err != nil {
+	if l.stmts, err = prepareOn(ctx, l.wc, append(writerStatements, busyStatements...)...); err != nil {
 		return err
 	}
 	l.rstmts, err = prepareOn(ctx, l.rdb)
@@ -248,6 +253,12 @@ func Open(ctx context.Context, path string, opts Options) (*Ledger, error) {
 		return nil, errors.Join(fmt.Errorf("ledger: open %s: %w", path, err), db.Close())
 	}
 	l.wc = wc
+	// The busy-span cache's log and triggers live on the writer's
+	// connection alone (TEMP), created before the statements that use
+	// them are prepared.
+	if _, err := wc.ExecContext(ctx, busySchema); err != nil {
+		return nil, errors.Join(fmt.Errorf("ledger: open %s: busy-span cache: %w", path, err), wc.Close(), db.Close())
+	}
 	// The readers open only once the schema is current; query_only makes
 	// SQLite itself refuse a write that strayed onto them.
 	rdb, err := sql.Open("sqlite", dsn+"&_pragma=query_only(1)")
@@ -534,7 +545,7 @@ func (l *Ledger) runWrite(ctx context.Context, fn func(*Tx) error) (uint64, erro
 	if _, err := l.stmts[qBegin].ExecContext(sctx); err != nil {
 		return 0, err
 	}
-	tx := &Tx{wc: l.wc, stmts: l.stmts, ctx: sctx}
+	tx := &Tx{wc: l.wc, stmts: l.stmts, ctx: sctx, busy: &l.busy}
 	if err := fn(tx); err != nil {
 		return 0, l.rollback(err)
 	}
@@ -563,7 +574,7 @@ func (l *Ledger) runRead(ctx context.Context, fn func(*Tx) error) error {
 	if _, err := l.stmts[qBeginRead].ExecContext(sctx); err != nil {
 		return err
 	}
-	tx := &Tx{wc: l.wc, stmts: l.stmts, ctx: sctx}
+	tx := &Tx{wc: l.wc, stmts: l.stmts, ctx: sctx, busy: &l.busy}
 	if err := fn(tx); err != nil {
 		return l.rollback(err)
 	}

@@ -35,18 +35,9 @@ const (
 	qActiveExtents = `SELECT grant_id, dpa, length, tag, shared_seq FROM extents
 		WHERE grant_id IN (SELECT id FROM grants INDEXED BY grants_one_active WHERE state IN ` + activeStates + `) ORDER BY grant_id, idx`
 	// Reserve (CreateChunk) and its placement, which run once per chunk.
-	qRegions  = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
-	qRegion   = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
-	qReserved = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
-	// qBusySpans is every DPA range that is not free (placement.go): live
-	// chunks' placements, active grants' extents and orphaned extents,
-	// the last marked. Each part starts from the partial index of what is
-	// live (chunks_live_by_region, grants_one_active): placements and
-	// extents are kept as history, and the planner (no statistics) would
-	// otherwise scan every one ever recorded, on every reservation.
-	qBusySpans = `SELECT ce.dpa, ce.length, 0 FROM chunks c INDEXED BY chunks_live_by_region CROSS JOIN chunk_extents ce ON ce.chunk = c.id WHERE c.deleted IS NULL
-		UNION ALL SELECT e.dpa, e.length, 0 FROM grants g INDEXED BY grants_one_active CROSS JOIN extents e ON e.grant_id = g.id WHERE g.state IN ` + activeStates + `
-		UNION ALL SELECT dpa, length, 1 FROM orphan_extents`
+	qRegions         = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
+	qRegion          = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
+	qReserved        = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
 	qInsertChunk     = `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`
 	qInsertPlacement = `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`
 	// qDeleteChunk deletes a live chunk with no active grant; when it
@@ -106,6 +97,6 @@ func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
 		qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit,
 		qMove(fromAdding), qMove(fromGranted), qMove(fromReleasing), qMove(fromActive),
-		qRegions, qRegion, qReserved, qBusySpans, qInsertChunk, qInsertPlacement, qDeleteChunk,
+		qRegions, qRegion, qReserved, qInsertChunk, qInsertPlacement, qDeleteChunk,
 		qActiveGrants, qActiveExtents}
 }

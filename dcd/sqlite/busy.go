@@ -1,0 +1,325 @@
+package sqlite
+
+import (
+	"cmp"
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+
+	"cxlpool/dcd"
+)
+
+// The busy-span cache. A reservation places its chunk among every DPA
+// range that is not free (busySpans): every live chunk's placement, every
+// active grant's extents and every orphaned extent. Reading them from the
+// ledger costs a row per range, so on a box holding 480 grants it took
+// ~1.5 ms of every reservation, most of the writer's time. The writer
+// keeps them in memory instead, and SQLite itself says what changed.
+//
+// How the cache stays exact:
+//   - TEMP triggers on the writer's connection log every change to the
+//     rows busySpans reads into busy_log, one row per change of the kinds
+//     the cache can apply (a placement row added, a chunk deleted, an
+//     active grant's extent added, a grant leaving the active states, an
+//     orphaned extent added or removed). Any other change to those tables
+//     (an update or delete of a range row, a chunk revived, a grant made
+//     active again) sets busy_state.nonce to NULL: the cache is then read
+//     again whole. The triggers are the ledger's own schema, so no code
+//     path that writes those tables can bypass them.
+//   - The cache holds the nonce it last wrote into busy_state. TEMP tables
+//     are part of the connection's transactions: a transaction or
+//     savepoint rolled back after the cache was brought up to date
+//     restores an older nonce (and the log rows it had), which no longer
+//     matches, so the cache is read again whole; a rolled-back change that
+//     never reached the cache takes its log rows with it.
+//   - Another connection's commit (a second process on the file) does not
+//     fire these triggers, but changes PRAGMA data_version, which the cache
+//     also compares. The ledger's read connections are query_only.
+//   - It is only used inside the writer's transactions, which run one at a
+//     time, and only with the write lock held (BEGIN IMMEDIATE), so nothing
+//     commits between the check and the placement.
+//
+// TestBusyCacheDifferential drives random ledger operations, rollbacks,
+// direct SQL and a foreign writer, and compares the cache with the query
+// after each.
+
+// busyLogMax bounds busy_log: past it the log is dropped and the cache
+// read again whole, so grants and releases without reservations in between
+// cannot grow it without end.
+const busyLogMax = 4096
+
+// The kinds of busy_log rows (busySchema's triggers write them).
+const (
+	busyAddPlacement = 1 // key: chunk; idx, dpa, length: the placement row
+	busyDropChunk    = 2 // key: a chunk deleted
+	busyAddExtent    = 3 // key: an active grant; idx, dpa, length: its extent
+	busyDropGrant    = 4 // key: a grant that left the active states
+	busyAddOrphan    = 5 // key: orphan; idx, dpa, length: the orphaned extent
+	busyDropOrphan   = 6 // key: orphan; idx: the orphaned extent removed
+)
+
+// busySchema creates the cache's log and triggers on the writer's
+// connection (TEMP: they exist on that connection only, and nowhere in the
+// file). busy_state.nonce starts NULL: nothing is cached yet.
+var busySchema = fmt.Sprintf(`
+CREATE TEMP TABLE busy_state (nonce INTEGER);
+INSERT INTO busy_state (nonce) VALUES (NULL);
+CREATE TEMP TABLE busy_log (
+	seq    INTEGER PRIMARY KEY,
+	op     INTEGER NOT NULL,
+	key    INTEGER NOT NULL,
+	idx    INTEGER NOT NULL DEFAULT 0,
+	dpa    INTEGER NOT NULL DEFAULT 0,
+	length INTEGER NOT NULL DEFAULT 0
+);
+CREATE TEMP TRIGGER busy_log_full AFTER INSERT ON busy_log WHEN new.seq > %[1]d
+BEGIN UPDATE busy_state SET nonce = NULL; DELETE FROM busy_log; END;
+
+CREATE TEMP TRIGGER busy_placement_add AFTER INSERT ON chunk_extents
+WHEN (SELECT nonce FROM busy_state) IS NOT NULL
+	AND EXISTS (SELECT 1 FROM chunks WHERE id = new.chunk AND deleted IS NULL)
+BEGIN INSERT INTO busy_log (op, key, idx, dpa, length) VALUES (%[2]d, new.chunk, new.idx, new.dpa, new.length); END;
+CREATE TEMP TRIGGER busy_placement_update AFTER UPDATE ON chunk_extents
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_placement_delete AFTER DELETE ON chunk_extents
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+
+CREATE TEMP TRIGGER busy_chunk_deleted AFTER UPDATE OF deleted ON chunks
+WHEN old.deleted IS NULL AND new.deleted IS NOT NULL AND (SELECT nonce FROM busy_state) IS NOT NULL
+BEGIN INSERT INTO busy_log (op, key) VALUES (%[3]d, old.id); END;
+CREATE TEMP TRIGGER busy_chunk_revived AFTER UPDATE OF deleted ON chunks
+WHEN old.deleted IS NOT NULL AND new.deleted IS NULL
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_chunk_renumbered AFTER UPDATE OF id ON chunks
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_chunk_delete AFTER DELETE ON chunks
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+
+CREATE TEMP TRIGGER busy_extent_add AFTER INSERT ON extents
+WHEN (SELECT nonce FROM busy_state) IS NOT NULL
+	AND EXISTS (SELECT 1 FROM grants WHERE id = new.grant_id AND state IN %[4]s)
+BEGIN INSERT INTO busy_log (op, key, idx, dpa, length) VALUES (%[5]d, new.grant_id, new.idx, new.dpa, new.length); END;
+CREATE TEMP TRIGGER busy_extent_update AFTER UPDATE ON extents
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_extent_delete AFTER DELETE ON extents
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+
+CREATE TEMP TRIGGER busy_grant_ended AFTER UPDATE OF state ON grants
+WHEN old.state IN %[4]s AND new.state NOT IN %[4]s AND (SELECT nonce FROM busy_state) IS NOT NULL
+BEGIN INSERT INTO busy_log (op, key) VALUES (%[6]d, old.id); END;
+CREATE TEMP TRIGGER busy_grant_revived AFTER UPDATE OF state ON grants
+WHEN old.state NOT IN %[4]s AND new.state IN %[4]s
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_grant_renumbered AFTER UPDATE OF id ON grants
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_grant_insert AFTER INSERT ON grants
+WHEN new.state IN %[4]s AND EXISTS (SELECT 1 FROM extents WHERE grant_id = new.id)
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_grant_delete AFTER DELETE ON grants
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+
+CREATE TEMP TRIGGER busy_orphan_add AFTER INSERT ON orphan_extents
+WHEN (SELECT nonce FROM busy_state) IS NOT NULL
+BEGIN INSERT INTO busy_log (op, key, idx, dpa, length) VALUES (%[7]d, new.orphan_id, new.idx, new.dpa, new.length); END;
+CREATE TEMP TRIGGER busy_orphan_update AFTER UPDATE ON orphan_extents
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_orphan_delete AFTER DELETE ON orphan_extents
+WHEN (SELECT nonce FROM busy_state) IS NOT NULL
+BEGIN INSERT INTO busy_log (op, key, idx) VALUES (%[8]d, old.orphan_id, old.idx); END;
+`, busyLogMax, busyAddPlacement, busyDropChunk, activeStates, busyAddExtent, busyDropGrant, busyAddOrphan, busyDropOrphan)
+
+// The cache's statements, prepared on the writer's connection only (the
+// TEMP tables exist nowhere else).
+const (
+	qBusyCheck    = `SELECT (SELECT nonce FROM busy_state), (SELECT data_version FROM pragma_data_version)`
+	qBusyLog      = `SELECT op, key, idx, dpa, length FROM busy_log ORDER BY seq`
+	qBusyLogClear = `DELETE FROM busy_log`
+	qBusySetNonce = `UPDATE busy_state SET nonce = ?`
+	// qBusyRows is every row busySpans reads, by kind and key: live
+	// chunks' placements, active grants' extents and orphaned extents.
+	// Each part starts from the partial index of what is live
+	// (chunks_live_by_region, grants_one_active): placements and extents
+	// are kept as history, and the planner (no statistics) would otherwise
+	// scan every one ever recorded.
+	qBusyRows = `SELECT ` + busyPlacementKind + `, ce.chunk, ce.idx, ce.dpa, ce.length FROM chunks c INDEXED BY chunks_live_by_region CROSS JOIN chunk_extents ce ON ce.chunk = c.id WHERE c.deleted IS NULL
+		UNION ALL SELECT ` + busyExtentKind + `, e.grant_id, e.idx, e.dpa, e.length FROM grants g INDEXED BY grants_one_active CROSS JOIN extents e ON e.grant_id = g.id WHERE g.state IN ` + activeStates + `
+		UNION ALL SELECT ` + busyOrphanKind + `, orphan_id, idx, dpa, length FROM orphan_extents`
+)
+
+// qBusyRows's kinds, as its SQL spells them: the log's add changes.
+const (
+	busyPlacementKind = "1" // busyAddPlacement
+	busyExtentKind    = "3" // busyAddExtent
+	busyOrphanKind    = "5" // busyAddOrphan
+)
+
+// busyStatements are the cache's statements, for prepare.
+var busyStatements = []string{qBusyCheck, qBusyLog, qBusyLogClear, qBusySetNonce, qBusyRows}
+
+// busyRow is one range row: its index within its key, and its span.
+type busyRow struct {
+	idx int64
+	s   span
+}
+
+// busyCache is the writer's copy of the rows qBusyRows reads, by kind and
+// key. Only the writer's transactions touch it, one at a time.
+type busyCache struct {
+	// nonce is what the cache last wrote to busy_state, 0 when the cache
+	// is not to be trusted (never filled, or a step failed); gen numbers
+	// the nonces, so a restored older one never matches.
+	nonce, gen  int64
+	dataVersion int64
+	placements  map[int64][]busyRow // live chunk → its placement
+	extents     map[int64][]busyRow // active grant → its extents
+	orphans     map[int64][]busyRow // orphan → its extents
+}
+
+// busySpans returns the DPA ranges of region r that are not free, sorted
+// and merged, and every orphaned extent as stored (for regionFree). On the
+// writer's connection it reads them from the cache, brought up to date
+// first; elsewhere from the ledger.
+func busySpans(ctx context.Context, tx *Tx, r dcd.Region) (busy, orphans []span, err error) {
+	if tx.wc == nil || tx.busy == nil {
+		return nil, nil, fmt.Errorf("busy capacity: read outside the writer's transaction")
+	}
+	c := tx.busy
+	if err := c.refresh(ctx, tx); err != nil {
+		return nil, nil, fmt.Errorf("busy capacity: %w", err)
+	}
+	var all []span
+	add := func(m map[int64][]busyRow) {
+		for _, rows := range m {
+			for _, row := range rows {
+				if s := row.s; s.length > 0 && s.dpa < r.Base+r.Length && s.end() > r.Base {
+					all = append(all, s)
+				}
+			}
+		}
+	}
+	add(c.placements)
+	add(c.extents)
+	add(c.orphans)
+	for _, rows := range c.orphans {
+		for _, row := range rows {
+			orphans = append(orphans, row.s)
+		}
+	}
+	return mergeSpans(all), orphans, nil
+}
+
+// mergeSpans sorts spans and merges those that overlap or touch.
+func mergeSpans(all []span) []span {
+	slices.SortFunc(all, func(a, b span) int { return cmp.Compare(a.dpa, b.dpa) })
+	var merged []span
+	for _, s := range all {
+		if k := len(merged); k > 0 && s.dpa <= merged[k-1].end() {
+			merged[k-1].length = max(merged[k-1].end(), s.end()) - merged[k-1].dpa
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
+}
+
+// refresh brings the cache up to date inside tx: it applies the log when
+// the nonce and data_version say the cache saw everything before it, else
+// reads every row again; then it empties the log and writes a new nonce.
+func (c *busyCache) refresh(ctx context.Context, tx *Tx) error {
+	var nonce sql.NullInt64
+	var dataVersion int64
+	if err := tx.QueryRowContext(ctx, qBusyCheck).Scan(&nonce, &dataVersion); err != nil {
+		return err
+	}
+	current := c.nonce != 0 && nonce.Valid && nonce.Int64 == c.nonce && dataVersion == c.dataVersion
+	// Untrusted until every step below has succeeded.
+	c.nonce = 0
+	logged := false
+	if current {
+		var err error
+		if logged, err = c.applyLog(ctx, tx); err != nil {
+			return err
+		}
+	} else if err := c.reload(ctx, tx); err != nil {
+		return err
+	}
+	if logged || !current {
+		if _, err := tx.ExecContext(ctx, qBusyLogClear); err != nil {
+			return err
+		}
+	}
+	c.gen++
+	if _, err := tx.ExecContext(ctx, qBusySetNonce, c.gen); err != nil {
+		return err
+	}
+	c.nonce, c.dataVersion = c.gen, dataVersion
+	return nil
+}
+
+// applyLog applies busy_log's rows in order and reports whether there were
+// any.
+func (c *busyCache) applyLog(ctx context.Context, tx *Tx) (bool, error) {
+	rows, err := tx.QueryContext(ctx, qBusyLog)
+	if err != nil {
+		return false, err
+	}
+	defer rows.Close()
+	seen := false
+	for rows.Next() {
+		var op, key, idx, dpa, length int64
+		if err := rows.Scan(&op, &key, &idx, &dpa, &length); err != nil {
+			return false, err
+		}
+		seen = true
+		row := busyRow{idx, span{u64(dpa), u64(length)}}
+		switch op {
+		case busyAddPlacement:
+			c.placements[key] = append(c.placements[key], row)
+		case busyDropChunk:
+			delete(c.placements, key)
+		case busyAddExtent:
+			c.extents[key] = append(c.extents[key], row)
+		case busyDropGrant:
+			delete(c.extents, key)
+		case busyAddOrphan:
+			c.orphans[key] = append(c.orphans[key], row)
+		case busyDropOrphan:
+			c.orphans[key] = slices.DeleteFunc(c.orphans[key], func(r busyRow) bool { return r.idx == idx })
+			if len(c.orphans[key]) == 0 {
+				delete(c.orphans, key)
+			}
+		default:
+			return false, fmt.Errorf("busy log: unknown change %d", op)
+		}
+	}
+	return seen, rows.Err()
+}
+
+// reload reads every row again.
+func (c *busyCache) reload(ctx context.Context, tx *Tx) error {
+	c.placements = make(map[int64][]busyRow)
+	c.extents = make(map[int64][]busyRow)
+	c.orphans = make(map[int64][]busyRow)
+	rows, err := tx.QueryContext(ctx, qBusyRows)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var kind, key, idx, dpa, length int64
+		if err := rows.Scan(&kind, &key, &idx, &dpa, &length); err != nil {
+			return err
+		}
+		row := busyRow{idx, span{u64(dpa), u64(length)}}
+		switch kind {
+		case busyAddPlacement:
+			c.placements[key] = append(c.placements[key], row)
+		case busyAddExtent:
+			c.extents[key] = append(c.extents[key], row)
+		case busyAddOrphan:
+			c.orphans[key] = append(c.orphans[key], row)
+		}
+	}
+	return rows.Err()
+}
