@@ -5,6 +5,7 @@ import (
 	"runtime"
 	"testing"
 
+	"cxlpool/dcd"
 	"cxlpool/fabric/cci"
 	"cxlpool/hmu"
 )
@@ -95,5 +96,21 @@ func BenchmarkCollectorMemory(b *testing.B) {
 		b.ReportMetric(float64(after4-before)/(1<<20), "MiB@4M")
 		b.ReportMetric(float64(after4-before)/slots, "B/slot-incl-heatmap")
 		runtime.KeepAlive(c)
+	}
+}
+
+// BenchmarkLayoutFromGrants builds the layout of 480 grants of 256 MiB
+// over eight hosts (BenchmarkGrantsParallel8Held's box): the telemetry
+// follower builds one when a grant it shows ends, and at most every
+// LayoutInterval while grants are made.
+func BenchmarkLayoutFromGrants(b *testing.B) {
+	var gs []dcd.Grant
+	for i := range 480 {
+		gs = append(gs, dcd.Grant{ID: dcd.GrantID(i + 1), Host: dcd.HostID(i % 8), State: dcd.GrantGranted,
+			Extents: []cci.Extent{{DPA: uint64(i) * block, Length: block}}})
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		LayoutFromGrants(gs)
 	}
 }

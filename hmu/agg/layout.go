@@ -44,7 +44,12 @@ func NewLayout(perHost map[int][]cci.Extent) *Layout {
 		host  int
 		delta int
 	}
-	var edges []edge
+	n := 0
+	for _, es := range perHost {
+		n += len(es)
+	}
+	edges := make([]edge, 0, 2*n)
+	l.segs = make([]segment, 0, n)
 	for h, es := range perHost {
 		cp := slices.Clone(es)
 		slices.SortFunc(cp, func(a, b cci.Extent) int { return cmp.Compare(a.DPA, b.DPA) })
@@ -57,24 +62,21 @@ func NewLayout(perHost map[int][]cci.Extent) *Layout {
 		}
 	}
 	slices.SortFunc(edges, func(a, b edge) int { return cmp.Compare(a.at, b.at) })
-	// Sweep: the holders of each elementary interval decide its owner.
-	holders := map[int]int{}
+	// Sweep: the holders of each elementary interval decide its owner. A
+	// point is held by one host, or a few where capacity is shared: a
+	// short list beats a map (this runs on every change of the layout).
+	var holders []holding
 	for i := 0; i < len(edges); {
 		at := edges[i].at
 		for ; i < len(edges) && edges[i].at == at; i++ {
-			holders[edges[i].host] += edges[i].delta
-			if holders[edges[i].host] == 0 {
-				delete(holders, edges[i].host)
-			}
+			holders = hold(holders, edges[i].host, edges[i].delta)
 		}
 		if len(holders) == 0 || i == len(edges) {
 			continue
 		}
 		owner := Shared
 		if len(holders) == 1 {
-			for h := range holders {
-				owner = h
-			}
+			owner = holders[0].host
 		}
 		end := edges[i].at
 		if n := len(l.segs); n > 0 && l.segs[n-1].end == at && l.segs[n-1].host == owner {
@@ -103,6 +105,22 @@ func NewLayout(perHost map[int][]cci.Extent) *Layout {
 	}
 	l.buildTable()
 	return l
+}
+
+// holding is how many of a host's extents cover a point of the sweep.
+type holding struct{ host, n int }
+
+// hold adds delta to host's count in hs, dropping it at zero.
+func hold(hs []holding, host, delta int) []holding {
+	for i := range hs {
+		if hs[i].host == host {
+			if hs[i].n += delta; hs[i].n == 0 {
+				hs = slices.Delete(hs, i, i+1)
+			}
+			return hs
+		}
+	}
+	return append(hs, holding{host, delta})
 }
 
 func (l *Layout) buildTable() {

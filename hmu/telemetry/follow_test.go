@@ -59,12 +59,14 @@ func layoutView(l *agg.Layout) map[int][]cci.Extent {
 }
 
 // TestLayoutFollowsABurst: a burst of grants and releases, each announced
-// as its own change, costs far fewer rebuilds than changes, and the layout
-// it leaves is the one a full rebuild from the ledger gives after the last
-// change; a change after a quiet spell is followed as well.
+// as its own change, leaves the layout a full rebuild from the ledger gives
+// after the last change, from the changes alone: the ledger is read to
+// check the copy, far fewer times than the changes; a change after a quiet
+// spell is followed as well.
 func TestLayoutFollowsABurst(t *testing.T) {
 	led := &followLedger{}
-	s := &Service{log: slog.New(slog.DiscardHandler), cfg: Tuning{LayoutInterval: 20 * time.Millisecond},
+	s := &Service{log: slog.New(slog.DiscardHandler),
+		cfg: Tuning{LayoutInterval: 20 * time.Millisecond, LayoutVerify: 200 * time.Millisecond},
 		mgr: followManager{led}, layout: agg.NewLiveLayout(nil)}
 	changes := make(chan dcd.Change, 1024)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -130,7 +132,7 @@ func waitLayout(t *testing.T, s *Service, want map[int][]cci.Extent) {
 // host that held it.
 func TestEndedGrantLeavesLayoutAtOnce(t *testing.T) {
 	led := &followLedger{}
-	s := &Service{log: slog.New(slog.DiscardHandler), cfg: Tuning{LayoutInterval: time.Hour},
+	s := &Service{log: slog.New(slog.DiscardHandler), cfg: Tuning{LayoutInterval: time.Hour, LayoutVerify: time.Hour},
 		mgr: followManager{led}, layout: agg.NewLiveLayout(nil)}
 	a := dcd.Grant{ID: 1, Host: 2, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 0, Length: 1 << 28}}}
 	b := dcd.Grant{ID: 2, Host: 5, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 1 << 28, Length: 1 << 28}}}
@@ -155,6 +157,74 @@ func TestEndedGrantLeavesLayoutAtOnce(t *testing.T) {
 	waitLayout(t, s, layoutView(agg.LayoutFromGrants([]dcd.Grant{b})))
 	if got := led.readCount(); got != reads {
 		t.Errorf("ledger read %d times for the release, want 0 (the rebuild waits for the interval)", got-reads)
+	}
+}
+
+// followFixture starts followGrants on a Service with the given tuning
+// over led, returning the change channel.
+func followFixture(t *testing.T, led *followLedger, tuning Tuning) (*Service, chan<- dcd.Change) {
+	t.Helper()
+	s := &Service{log: slog.New(slog.DiscardHandler), cfg: tuning, mgr: followManager{led}, layout: agg.NewLiveLayout(nil)}
+	if err := s.rebuildLayout(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	changes := make(chan dcd.Change, 16)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); s.followGrants(ctx, changes) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return s, changes
+}
+
+// TestFollowWithoutTheLedger: a granted grant's change carries its
+// extents, so it joins the layout after the interval with no ledger read,
+// and a release leaves it again, still without one (the check of the copy
+// waits for LayoutVerify).
+func TestFollowWithoutTheLedger(t *testing.T) {
+	led := &followLedger{}
+	s, changes := followFixture(t, led, Tuning{LayoutInterval: time.Millisecond, LayoutVerify: time.Hour})
+	reads := led.readCount()
+	a := dcd.Grant{ID: 7, Host: 3, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 1 << 30, Length: 1 << 28}}}
+	changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &a}
+	waitLayout(t, s, layoutView(agg.LayoutFromGrants([]dcd.Grant{a})))
+	rel := a
+	rel.State = dcd.GrantReleased
+	changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &rel}
+	waitLayout(t, s, layoutView(agg.LayoutFromGrants(nil)))
+	if got := led.readCount(); got != reads {
+		t.Errorf("ledger read %d times, want 0: the changes said everything", got-reads)
+	}
+}
+
+// TestFollowReadsTheLedger: a change the copy cannot apply (a device
+// event; a granted grant without its extents) is followed by a read of the
+// ledger within the interval, and a change lost to a full subscription is
+// corrected by the check of the copy after LayoutVerify.
+func TestFollowReadsTheLedger(t *testing.T) {
+	a := dcd.Grant{ID: 1, Host: 2, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 0, Length: 1 << 28}}}
+	b := dcd.Grant{ID: 2, Host: 5, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 1 << 28, Length: 1 << 28}}}
+	bare := a
+	bare.Extents = nil
+	for _, tc := range []struct {
+		name   string
+		tuning Tuning
+		change dcd.Change
+	}{
+		{"device event", Tuning{LayoutInterval: time.Millisecond, LayoutVerify: time.Hour},
+			dcd.Change{Kind: dcd.ChangeDevice, Message: "inventory"}},
+		{"granted without extents", Tuning{LayoutInterval: time.Millisecond, LayoutVerify: time.Hour},
+			dcd.Change{Kind: dcd.ChangeGrant, Grant: &bare}},
+		// b's own change was lost; a's arrives and the check finds b.
+		{"lost change", Tuning{LayoutInterval: time.Millisecond, LayoutVerify: 20 * time.Millisecond},
+			dcd.Change{Kind: dcd.ChangeGrant, Grant: &a}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			led := &followLedger{}
+			s, changes := followFixture(t, led, tc.tuning)
+			led.set([]dcd.Grant{a, b})
+			changes <- tc.change
+			waitLayout(t, s, layoutView(agg.LayoutFromGrants([]dcd.Grant{a, b})))
+		})
 	}
 }
 

@@ -73,9 +73,13 @@ type Tuning struct {
 	// smallest giving at most 4096 cells over the pool, at least 1 MiB).
 	CellSize uint64
 	// LayoutInterval is the least time between two rebuilds of the DPA →
-	// host layout from the ledger during a burst of grants and releases
-	// (default 20 ms; the collector drains every Poll, 100 ms, anyway).
+	// host layout during a burst of grants and releases (default 20 ms;
+	// the collector drains every Poll, 100 ms, anyway).
 	LayoutInterval time.Duration
+	// LayoutVerify is the most time, while changes come, between two
+	// reads of the ledger's active grants, which check the copy the
+	// changes keep (default 1 s; followGrants).
+	LayoutVerify time.Duration
 }
 
 func (c *Tuning) defaults() {
@@ -87,6 +91,9 @@ func (c *Tuning) defaults() {
 	}
 	if c.LayoutInterval <= 0 {
 		c.LayoutInterval = 20 * time.Millisecond
+	}
+	if c.LayoutVerify <= 0 {
+		c.LayoutVerify = time.Second
 	}
 }
 
@@ -123,9 +130,9 @@ type Service struct {
 	insts  []*hmu.Instance
 	coll   *agg.Collector
 	layout *agg.LiveLayout
-	// grants are the active grants the layout was last built from; only
-	// the layout follower (and Start before it) touches them.
-	grants  []dcd.Grant
+	// grants is the copy of the active grants the layout is built from;
+	// only the layout follower (and New before it) touches it.
+	grants  map[dcd.GrantID]copied
 	all     *stream.Hub
 	perHost []*stream.Hub
 	workld  string
@@ -195,13 +202,15 @@ func New(ctx context.Context, c Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
+	// Subscribed before the first read, so no change falls between them.
+	changes, unsubscribe := c.Manager.Subscribe(256)
 	if err := t.rebuildLayout(ctx); err != nil {
+		unsubscribe()
 		t.stopWorkloads()
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	rctx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	t.cancel = cancel
-	changes, unsubscribe := c.Manager.Subscribe(256)
 	if t.box != nil {
 		t.box.SetCHMUNotify(func(int) { t.coll.Kick() })
 	}
