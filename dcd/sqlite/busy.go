@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"slices"
 
@@ -12,20 +13,23 @@ import (
 
 // The busy-span cache. A reservation places its chunk among every DPA
 // range that is not free (busySpans): every live chunk's placement, every
-// active grant's extents and every orphaned extent. Reading them from the
-// ledger costs a row per range, so on a box holding 480 grants it took
-// ~1.5 ms of every reservation, most of the writer's time. The writer
-// keeps them in memory instead, and SQLite itself says what changed.
+// active grant's extents and every orphaned extent; and it checks the
+// region's free bytes against the sizes of its live chunks. Reading them
+// from the ledger costs a row per range, so on a box holding 480 grants it
+// took ~1.5 ms of every reservation, most of the writer's time. The writer
+// keeps them in memory instead, and SQLite itself says what changed. The
+// ranges are kept sorted as they change, so a reservation merges them in
+// one pass instead of sorting them again.
 //
 // How the cache stays exact:
 //   - TEMP triggers on the writer's connection log every change to the
 //     rows busySpans reads into busy_log, one row per change of the kinds
-//     the cache can apply (a placement row added, a chunk deleted, an
-//     active grant's extent added, a grant leaving the active states, an
-//     orphaned extent added or removed). Any other change to those tables
-//     (an update or delete of a range row, a chunk revived, a grant made
-//     active again) sets busy_state.nonce to NULL: the cache is then read
-//     again whole. The triggers are the ledger's own schema, so no code
+//     the cache can apply (a live chunk added, a placement row added, a
+//     chunk deleted, an active grant's extent added, a grant leaving the
+//     active states, an orphaned extent added or removed). Any other
+//     change to those tables (an update or delete of a range row, a chunk
+//     revived, moved or resized, a grant made active again) sets
+//     busy_state.nonce to NULL: the cache is then read again whole. The triggers are the ledger's own schema, so no code
 //     path that writes those tables can bypass them.
 //   - The cache holds the nonce it last wrote into busy_state. TEMP tables
 //     are part of the connection's transactions: a transaction or
@@ -57,6 +61,7 @@ const (
 	busyDropGrant    = 4 // key: a grant that left the active states
 	busyAddOrphan    = 5 // key: orphan; idx, dpa, length: the orphaned extent
 	busyDropOrphan   = 6 // key: orphan; idx: the orphaned extent removed
+	busyAddChunk     = 7 // key: a live chunk added; idx: its region; length: its size
 )
 
 // busySchema creates the cache's log and triggers on the writer's
@@ -85,6 +90,11 @@ BEGIN UPDATE busy_state SET nonce = NULL; END;
 CREATE TEMP TRIGGER busy_placement_delete AFTER DELETE ON chunk_extents
 BEGIN UPDATE busy_state SET nonce = NULL; END;
 
+CREATE TEMP TRIGGER busy_chunk_add AFTER INSERT ON chunks
+WHEN new.deleted IS NULL AND (SELECT nonce FROM busy_state) IS NOT NULL
+BEGIN INSERT INTO busy_log (op, key, idx, length) VALUES (%[9]d, new.id, new.region, new.size); END;
+CREATE TEMP TRIGGER busy_chunk_resized AFTER UPDATE OF region, size ON chunks
+BEGIN UPDATE busy_state SET nonce = NULL; END;
 CREATE TEMP TRIGGER busy_chunk_deleted AFTER UPDATE OF deleted ON chunks
 WHEN old.deleted IS NULL AND new.deleted IS NOT NULL AND (SELECT nonce FROM busy_state) IS NOT NULL
 BEGIN INSERT INTO busy_log (op, key) VALUES (%[3]d, old.id); END;
@@ -127,7 +137,7 @@ BEGIN UPDATE busy_state SET nonce = NULL; END;
 CREATE TEMP TRIGGER busy_orphan_delete AFTER DELETE ON orphan_extents
 WHEN (SELECT nonce FROM busy_state) IS NOT NULL
 BEGIN INSERT INTO busy_log (op, key, idx) VALUES (%[8]d, old.orphan_id, old.idx); END;
-`, busyLogMax, busyAddPlacement, busyDropChunk, activeStates, busyAddExtent, busyDropGrant, busyAddOrphan, busyDropOrphan)
+`, busyLogMax, busyAddPlacement, busyDropChunk, activeStates, busyAddExtent, busyDropGrant, busyAddOrphan, busyDropOrphan, busyAddChunk)
 
 // The cache's statements, prepared on the writer's connection only (the
 // TEMP tables exist nowhere else).
@@ -144,7 +154,8 @@ const (
 	// scan every one ever recorded.
 	qBusyRows = `SELECT ` + busyPlacementKind + `, ce.chunk, ce.idx, ce.dpa, ce.length FROM chunks c INDEXED BY chunks_live_by_region CROSS JOIN chunk_extents ce ON ce.chunk = c.id WHERE c.deleted IS NULL
 		UNION ALL SELECT ` + busyExtentKind + `, e.grant_id, e.idx, e.dpa, e.length FROM grants g INDEXED BY grants_one_active CROSS JOIN extents e ON e.grant_id = g.id WHERE g.state IN ` + activeStates + `
-		UNION ALL SELECT ` + busyOrphanKind + `, orphan_id, idx, dpa, length FROM orphan_extents`
+		UNION ALL SELECT ` + busyOrphanKind + `, orphan_id, idx, dpa, length FROM orphan_extents
+		UNION ALL SELECT ` + busyChunkKind + `, id, region, 0, size FROM chunks INDEXED BY chunks_live_by_region WHERE deleted IS NULL`
 )
 
 // qBusyRows's kinds, as its SQL spells them: the log's add changes.
@@ -152,6 +163,7 @@ const (
 	busyPlacementKind = "1" // busyAddPlacement
 	busyExtentKind    = "3" // busyAddExtent
 	busyOrphanKind    = "5" // busyAddOrphan
+	busyChunkKind     = "7" // busyAddChunk
 )
 
 // busyStatements are the cache's statements, for prepare.
@@ -163,8 +175,15 @@ type busyRow struct {
 	s   span
 }
 
+// liveChunk is what the cache keeps of a live chunk: its region and size.
+type liveChunk struct {
+	region int
+	size   uint64
+}
+
 // busyCache is the writer's copy of the rows qBusyRows reads, by kind and
-// key. Only the writer's transactions touch it, one at a time.
+// key, with every range also in one sorted list. Only the writer's
+// transactions touch it, one at a time.
 type busyCache struct {
 	// nonce is what the cache last wrote to busy_state, 0 when the cache
 	// is not to be trusted (never filled, or a step failed); gen numbers
@@ -174,53 +193,87 @@ type busyCache struct {
 	placements  map[int64][]busyRow // live chunk → its placement
 	extents     map[int64][]busyRow // active grant → its extents
 	orphans     map[int64][]busyRow // orphan → its extents
+	chunks      map[int64]liveChunk // live chunk → its region and size
+	// sorted is every non-empty range of the three maps above, ordered
+	// by DPA then length, repeats kept (a grant's extents lie on its
+	// chunk's placement); reserved is the live chunks' sizes by region.
+	sorted   []span
+	reserved map[int]uint64
 }
 
-// busySpans returns the DPA ranges of region r that are not free, sorted
-// and merged, and every orphaned extent as stored (for regionFree). On the
-// writer's connection it reads them from the cache, brought up to date
-// first; elsewhere from the ledger.
-func busySpans(ctx context.Context, tx *Tx, r dcd.Region) (busy, orphans []span, err error) {
+// busyView is what a reservation reads of its region: the DPA ranges that
+// are not free, sorted and merged; every orphaned extent as stored; and
+// the bytes the region's live chunks reserve.
+type busyView struct {
+	busy, orphans []span
+	reserved      uint64
+}
+
+// busySpans reads region r's busyView from the cache, brought up to date
+// first. Only the writer's transactions have the cache.
+func busySpans(ctx context.Context, tx *Tx, r dcd.Region) (busyView, error) {
 	if tx.wc == nil || tx.busy == nil {
-		return nil, nil, fmt.Errorf("busy capacity: read outside the writer's transaction")
+		return busyView{}, fmt.Errorf("busy capacity: read outside the writer's transaction")
 	}
 	c := tx.busy
 	if err := c.refresh(ctx, tx); err != nil {
-		return nil, nil, fmt.Errorf("busy capacity: %w", err)
+		return busyView{}, fmt.Errorf("busy capacity: %w", err)
 	}
-	var all []span
-	add := func(m map[int64][]busyRow) {
-		for _, rows := range m {
-			for _, row := range rows {
-				if s := row.s; s.length > 0 && s.dpa < r.Base+r.Length && s.end() > r.Base {
-					all = append(all, s)
-				}
-			}
+	v := busyView{reserved: c.reserved[r.Index]}
+	end := r.Base + r.Length
+	for _, s := range c.sorted {
+		if s.dpa >= end {
+			break
 		}
-	}
-	add(c.placements)
-	add(c.extents)
-	add(c.orphans)
-	for _, rows := range c.orphans {
-		for _, row := range rows {
-			orphans = append(orphans, row.s)
-		}
-	}
-	return mergeSpans(all), orphans, nil
-}
-
-// mergeSpans sorts spans and merges those that overlap or touch.
-func mergeSpans(all []span) []span {
-	slices.SortFunc(all, func(a, b span) int { return cmp.Compare(a.dpa, b.dpa) })
-	var merged []span
-	for _, s := range all {
-		if k := len(merged); k > 0 && s.dpa <= merged[k-1].end() {
-			merged[k-1].length = max(merged[k-1].end(), s.end()) - merged[k-1].dpa
+		if s.end() <= r.Base {
 			continue
 		}
-		merged = append(merged, s)
+		if k := len(v.busy); k > 0 && s.dpa <= v.busy[k-1].end() {
+			v.busy[k-1].length = max(v.busy[k-1].end(), s.end()) - v.busy[k-1].dpa
+			continue
+		}
+		v.busy = append(v.busy, s)
 	}
-	return merged
+	for _, rows := range c.orphans {
+		for _, row := range rows {
+			v.orphans = append(v.orphans, row.s)
+		}
+	}
+	return v, nil
+}
+
+// compareSpans orders spans by DPA, then length.
+func compareSpans(a, b span) int {
+	if c := cmp.Compare(a.dpa, b.dpa); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.length, b.length)
+}
+
+// addSpans puts rows' ranges into the sorted list.
+func (c *busyCache) addSpans(rows ...busyRow) {
+	for _, row := range rows {
+		if row.s.length == 0 {
+			continue
+		}
+		i, _ := slices.BinarySearchFunc(c.sorted, row.s, compareSpans)
+		c.sorted = slices.Insert(c.sorted, i, row.s)
+	}
+}
+
+// dropSpans takes rows' ranges out of the sorted list, one copy each.
+func (c *busyCache) dropSpans(rows []busyRow) error {
+	for _, row := range rows {
+		if row.s.length == 0 {
+			continue
+		}
+		i, ok := slices.BinarySearchFunc(c.sorted, row.s, compareSpans)
+		if !ok {
+			return fmt.Errorf("%w: range %d+%d", errBusyStale, row.s.dpa, row.s.length)
+		}
+		c.sorted = slices.Delete(c.sorted, i, i+1)
+	}
+	return nil
 }
 
 // refresh brings the cache up to date inside tx: it applies the log when
@@ -238,11 +291,19 @@ func (c *busyCache) refresh(ctx context.Context, tx *Tx) error {
 	logged := false
 	if current {
 		var err error
-		if logged, err = c.applyLog(ctx, tx); err != nil {
+		logged, err = c.applyLog(ctx, tx)
+		if errors.Is(err, errBusyStale) {
+			// A change the log says cannot be applied: the cache and
+			// the ledger disagree, and the ledger is right.
+			current = false
+		} else if err != nil {
 			return err
 		}
-	} else if err := c.reload(ctx, tx); err != nil {
-		return err
+	}
+	if !current {
+		if err := c.reload(ctx, tx); err != nil {
+			return err
+		}
 	}
 	if logged || !current {
 		if _, err := tx.ExecContext(ctx, qBusyLogClear); err != nil {
@@ -273,27 +334,65 @@ func (c *busyCache) applyLog(ctx context.Context, tx *Tx) (bool, error) {
 		}
 		seen = true
 		row := busyRow{idx, span{u64(dpa), u64(length)}}
-		switch op {
-		case busyAddPlacement:
-			c.placements[key] = append(c.placements[key], row)
-		case busyDropChunk:
-			delete(c.placements, key)
-		case busyAddExtent:
-			c.extents[key] = append(c.extents[key], row)
-		case busyDropGrant:
-			delete(c.extents, key)
-		case busyAddOrphan:
-			c.orphans[key] = append(c.orphans[key], row)
-		case busyDropOrphan:
-			c.orphans[key] = slices.DeleteFunc(c.orphans[key], func(r busyRow) bool { return r.idx == idx })
-			if len(c.orphans[key]) == 0 {
-				delete(c.orphans, key)
-			}
-		default:
-			return false, fmt.Errorf("busy log: unknown change %d", op)
+		if err := c.apply(op, key, row); err != nil {
+			return false, err
 		}
 	}
 	return seen, rows.Err()
+}
+
+// errBusyStale: the log names a range the cache does not hold, so the
+// cache is read again (refresh).
+var errBusyStale = errors.New("busy log: change to a range not cached")
+
+// apply applies one change of the log's kinds.
+func (c *busyCache) apply(op, key int64, row busyRow) error {
+	switch op {
+	case busyAddPlacement:
+		c.placements[key] = append(c.placements[key], row)
+		c.addSpans(row)
+	case busyDropChunk:
+		if err := c.dropSpans(c.placements[key]); err != nil {
+			return err
+		}
+		delete(c.placements, key)
+		if ch, ok := c.chunks[key]; ok {
+			c.reserved[ch.region] -= ch.size
+			delete(c.chunks, key)
+		}
+	case busyAddExtent:
+		c.extents[key] = append(c.extents[key], row)
+		c.addSpans(row)
+	case busyDropGrant:
+		if err := c.dropSpans(c.extents[key]); err != nil {
+			return err
+		}
+		delete(c.extents, key)
+	case busyAddOrphan:
+		c.orphans[key] = append(c.orphans[key], row)
+		c.addSpans(row)
+	case busyDropOrphan:
+		rows := c.orphans[key]
+		at := slices.IndexFunc(rows, func(r busyRow) bool { return r.idx == row.idx })
+		if at < 0 {
+			return fmt.Errorf("%w: orphaned extent %d/%d", errBusyStale, key, row.idx)
+		}
+		if err := c.dropSpans(rows[at : at+1]); err != nil {
+			return err
+		}
+		if rows = slices.Delete(rows, at, at+1); len(rows) == 0 {
+			delete(c.orphans, key)
+		} else {
+			c.orphans[key] = rows
+		}
+	case busyAddChunk:
+		ch := liveChunk{region: int(row.idx), size: row.s.length}
+		c.chunks[key] = ch
+		c.reserved[ch.region] += ch.size
+	default:
+		return fmt.Errorf("busy log: unknown change %d", op)
+	}
+	return nil
 }
 
 // reload reads every row again.
@@ -301,6 +400,9 @@ func (c *busyCache) reload(ctx context.Context, tx *Tx) error {
 	c.placements = make(map[int64][]busyRow)
 	c.extents = make(map[int64][]busyRow)
 	c.orphans = make(map[int64][]busyRow)
+	c.chunks = make(map[int64]liveChunk)
+	c.reserved = make(map[int]uint64)
+	c.sorted = c.sorted[:0]
 	rows, err := tx.QueryContext(ctx, qBusyRows)
 	if err != nil {
 		return err
@@ -319,7 +421,15 @@ func (c *busyCache) reload(ctx context.Context, tx *Tx) error {
 			c.extents[key] = append(c.extents[key], row)
 		case busyAddOrphan:
 			c.orphans[key] = append(c.orphans[key], row)
+		case busyAddChunk:
+			c.chunks[key] = liveChunk{region: int(idx), size: u64(length)}
+			c.reserved[int(idx)] += u64(length)
+			continue
+		}
+		if row.s.length > 0 {
+			c.sorted = append(c.sorted, row.s)
 		}
 	}
+	slices.SortFunc(c.sorted, compareSpans)
 	return rows.Err()
 }

@@ -26,11 +26,20 @@ const qBusySpansRef = `SELECT ce.dpa, ce.length, 0 FROM chunks c CROSS JOIN chun
 	UNION ALL SELECT e.dpa, e.length, 0 FROM grants g CROSS JOIN extents e ON e.grant_id = g.id WHERE g.state IN ` + activeStates + `
 	UNION ALL SELECT dpa, length, 1 FROM orphan_extents`
 
+// qReservedRef is what the cache's reserved bytes of a region stand for.
+const qReservedRef = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
+
 // busySpansRef is busySpans read from the ledger, without the cache.
-func busySpansRef(ctx context.Context, tx *Tx, r dcd.Region) (busy, orphans []span, err error) {
+func busySpansRef(ctx context.Context, tx *Tx, r dcd.Region) (busyView, error) {
+	var v busyView
+	var reserved int64
+	if err := tx.QueryRowContext(ctx, qReservedRef, r.Index).Scan(&reserved); err != nil {
+		return v, err
+	}
+	v.reserved = u64(reserved)
 	rows, err := tx.QueryContext(ctx, qBusySpansRef)
 	if err != nil {
-		return nil, nil, err
+		return v, err
 	}
 	defer rows.Close()
 	var all []span
@@ -38,17 +47,32 @@ func busySpansRef(ctx context.Context, tx *Tx, r dcd.Region) (busy, orphans []sp
 		var dpa, length int64
 		var orphan bool
 		if err := rows.Scan(&dpa, &length, &orphan); err != nil {
-			return nil, nil, err
+			return v, err
 		}
 		s := span{u64(dpa), u64(length)}
 		if orphan {
-			orphans = append(orphans, s)
+			v.orphans = append(v.orphans, s)
 		}
 		if s.length > 0 && s.dpa < r.Base+r.Length && s.end() > r.Base {
 			all = append(all, s)
 		}
 	}
-	return mergeSpans(all), orphans, rows.Err()
+	v.busy = mergeSpans(all)
+	return v, rows.Err()
+}
+
+// mergeSpans sorts spans and merges those that overlap or touch.
+func mergeSpans(all []span) []span {
+	slices.SortFunc(all, func(a, b span) int { return cmp.Compare(a.dpa, b.dpa) })
+	var merged []span
+	for _, s := range all {
+		if k := len(merged); k > 0 && s.dpa <= merged[k-1].end() {
+			merged[k-1].length = max(merged[k-1].end(), s.end()) - merged[k-1].dpa
+			continue
+		}
+		merged = append(merged, s)
+	}
+	return merged
 }
 
 var spanCmp = []gocmp.Option{gocmp.AllowUnexported(span{})}
@@ -71,19 +95,22 @@ func checkBusy(t *testing.T, l *Ledger, step string) {
 	}
 	err = l.tx(ctx, func(tx *Tx) error {
 		for _, r := range regions {
-			got, gotOrphans, err := busySpans(ctx, tx, r)
+			got, err := busySpans(ctx, tx, r)
 			if err != nil {
 				return err
 			}
-			want, wantOrphans, err := busySpansRef(ctx, tx, r)
+			want, err := busySpansRef(ctx, tx, r)
 			if err != nil {
 				return err
 			}
-			if d := gocmp.Diff(want, got, spanCmp...); d != "" {
+			if d := gocmp.Diff(want.busy, got.busy, spanCmp...); d != "" {
 				t.Errorf("%s: region %d busy spans (-ledger +cache):\n%s", step, r.Index, d)
 			}
-			if d := gocmp.Diff(sortSpans(wantOrphans), sortSpans(gotOrphans), spanCmp...); d != "" {
+			if d := gocmp.Diff(sortSpans(want.orphans), sortSpans(got.orphans), spanCmp...); d != "" {
 				t.Errorf("%s: orphaned extents (-ledger +cache):\n%s", step, d)
+			}
+			if got, want := got.reserved, want.reserved; got != want {
+				t.Errorf("%s: region %d reserved %d bytes by the cache, %d by the ledger", step, r.Index, got, want)
 			}
 		}
 		return nil
@@ -145,7 +172,7 @@ func busyDifferential(t *testing.T, seed uint64) {
 	exec := func(fail bool, stmts ...string) error {
 		return l.tx(ctx, func(tx *Tx) error {
 			if fail {
-				if _, _, err := busySpans(ctx, tx, regions[0]); err != nil {
+				if _, err := busySpans(ctx, tx, regions[0]); err != nil {
 					return err
 				}
 			}
@@ -245,11 +272,11 @@ func busyDifferential(t *testing.T, seed uint64) {
 			// Reserve's own transaction, then a failure after it.
 			return l.tx(ctx, func(tx *Tx) error {
 				r := regions[rng.IntN(2)]
-				busy, _, err := busySpans(ctx, tx, r)
+				v, err := busySpans(ctx, tx, r)
 				if err != nil {
 					return err
 				}
-				spans, err := place(dcd.Region{Index: r.Index, Base: r.Base, Length: r.Length, BlockSize: ledgertest.Block}, ledgertest.Block, busy)
+				spans, err := place(dcd.Region{Index: r.Index, Base: r.Base, Length: r.Length, BlockSize: ledgertest.Block}, ledgertest.Block, v.busy)
 				if err != nil {
 					return err
 				}
@@ -271,13 +298,13 @@ func busyDifferential(t *testing.T, seed uint64) {
 			// second changes what is busy and commits.
 			jobs := []*writeJob{
 				{ctx: ctx, done: make(chan writeResult, 1), fn: func(tx *Tx) error {
-					if _, _, err := busySpans(ctx, tx, regions[0]); err != nil {
+					if _, err := busySpans(ctx, tx, regions[0]); err != nil {
 						return err
 					}
 					if _, err := tx.ExecContext(ctx, `UPDATE chunks SET deleted = 1 WHERE deleted IS NULL`); err != nil {
 						return err
 					}
-					if _, _, err := busySpans(ctx, tx, regions[0]); err != nil {
+					if _, err := busySpans(ctx, tx, regions[0]); err != nil {
 						return err
 					}
 					return errBoom
@@ -302,6 +329,22 @@ func busyDifferential(t *testing.T, seed uint64) {
 		}},
 		{"chunk revived by hand", func() error {
 			return exec(rng.IntN(2) == 0, `UPDATE chunks SET deleted = NULL WHERE id = (SELECT max(id) FROM chunks WHERE deleted IS NOT NULL)`)
+		}},
+		{"chunk resized or moved by hand", func() error {
+			set := `size = size + ` + fmt.Sprint(ledgertest.Block)
+			if rng.IntN(2) == 0 {
+				set = `region = 1 - region`
+			}
+			return exec(rng.IntN(2) == 0, `UPDATE chunks SET `+set+` WHERE id = (SELECT max(id) FROM chunks WHERE deleted IS NULL)`)
+		}},
+		{"chunk added by hand", func() error {
+			// Live or already deleted, without a placement.
+			deleted := "NULL"
+			if rng.IntN(2) == 0 {
+				deleted = "1"
+			}
+			return exec(rng.IntN(2) == 0, fmt.Sprintf(`INSERT INTO chunks (name, region, size, tag, sharable, created, deleted)
+				VALUES ('hand', %d, %d, randomblob(16), 0, 0, %s)`, rng.IntN(2), ledgertest.Block, deleted))
 		}},
 		{"grant revived by hand", func() error {
 			err := exec(rng.IntN(2) == 0, `UPDATE grants SET state = 'granted' WHERE id = (SELECT max(g.id) FROM grants g

@@ -32,18 +32,14 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 			// not possible there.
 			return fmt.Errorf("region is not sharable: %w: %w", dcd.ErrNotSharable, dcd.ErrInvalid)
 		}
-		busy, orphans, err := busySpans(ctx, tx, r)
+		v, err := busySpans(ctx, tx, r)
 		if err != nil {
 			return err
 		}
-		free, err := regionFree(ctx, tx, r, orphans)
-		if err != nil {
-			return err
-		}
-		if c.Size > free {
+		if free := regionFree(r, v); c.Size > free {
 			return fmt.Errorf("%d bytes free in the region: %w", free, dcd.ErrNoCapacity)
 		}
-		spans, err := place(r, c.Size, busy)
+		spans, err := place(r, c.Size, v.busy)
 		if err != nil {
 			return err
 		}
@@ -78,22 +74,18 @@ func (l *Ledger) CreateChunk(ctx context.Context, c dcd.Chunk) (dcd.Chunk, error
 	return c, nil
 }
 
-// regionFree is the region's length minus its live chunks and the orphaned
-// extents that fall inside it (orphaned capacity is never handed out);
-// orphans are the orphaned extents (busySpans reads them).
-func regionFree(ctx context.Context, tx *Tx, r dcd.Region, orphans []span) (uint64, error) {
-	var reserved int64
-	if err := tx.QueryRowContext(ctx, qReserved, r.Index).Scan(&reserved); err != nil {
-		return 0, fmt.Errorf("reserved capacity: %w", err)
-	}
-	used := u64(reserved)
-	for _, o := range orphans {
+// regionFree is the region's length minus what its live chunks reserve
+// and the orphaned extents that fall inside it (orphaned capacity is never
+// handed out).
+func regionFree(r dcd.Region, v busyView) uint64 {
+	used := v.reserved
+	for _, o := range v.orphans {
 		used = addSat(used, overlap(o.dpa, o.length, r.Base, r.Length))
 	}
 	if used >= r.Length {
-		return 0, nil
+		return 0
 	}
-	return r.Length - used, nil
+	return r.Length - used
 }
 
 // overlap is the length of [a, a+alen) ∩ [b, b+blen), saturating at the top

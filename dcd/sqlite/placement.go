@@ -122,11 +122,11 @@ func placeLate(ctx context.Context, tx *Tx, c dcd.Chunk) ([]cci.Extent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("region %d: %w", c.Region, err)
 	}
-	busy, _, err := busySpans(ctx, tx, r)
+	v, err := busySpans(ctx, tx, r)
 	if err != nil {
 		return nil, err
 	}
-	spans, err := place(r, c.Size, busy)
+	spans, err := place(r, c.Size, v.busy)
 	if err != nil {
 		return nil, err
 	}

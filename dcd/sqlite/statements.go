@@ -37,7 +37,6 @@ const (
 	// Reserve (CreateChunk) and its placement, which run once per chunk.
 	qRegions         = `SELECT ` + regionColumns + ` FROM regions ORDER BY idx`
 	qRegion          = `SELECT ` + regionColumns + ` FROM regions WHERE idx = ?`
-	qReserved        = `SELECT coalesce(sum(size), 0) FROM chunks WHERE region = ? AND deleted IS NULL`
 	qInsertChunk     = `INSERT INTO chunks (name, region, size, tag, sharable, created) VALUES (?, ?, ?, ?, ?, ?)`
 	qInsertPlacement = `INSERT INTO chunk_extents (chunk, idx, dpa, length) VALUES (?, ?, ?, ?)`
 	// qDeleteChunk deletes a live chunk with no active grant; when it
@@ -97,6 +96,6 @@ func hotStatements() []string {
 	return []string{qChunk, qChunkByTag, qChunkExtents, qHost, qHolders, qHostHeld, qInsertGrant, qGrant, qExtents,
 		qInsertExtent, qMeta, qPoolLength, qHeads, qHeartbeat, qAdmit,
 		qMove(fromAdding), qMove(fromGranted), qMove(fromReleasing), qMove(fromActive),
-		qRegions, qRegion, qReserved, qInsertChunk, qInsertPlacement, qDeleteChunk,
+		qRegions, qRegion, qInsertChunk, qInsertPlacement, qDeleteChunk,
 		qActiveGrants, qActiveExtents}
 }
