@@ -14,7 +14,8 @@ import (
 // The busy-span cache. A reservation places its chunk among every DPA
 // range that is not free (busySpans): every live chunk's placement, every
 // active grant's extents and every orphaned extent; and it checks the
-// region's free bytes against the sizes of its live chunks. Reading them
+// region's free bytes against the sizes of its live chunks. A grant's
+// admission checks what its host holds (heldBy) against its quota. Reading them
 // from the ledger costs a row per range, so on a box holding 480 grants it
 // took ~1.5 ms of every reservation, most of the writer's time. The writer
 // keeps them in memory instead, and SQLite itself says what changed. The
@@ -25,11 +26,12 @@ import (
 //   - TEMP triggers on the writer's connection log every change to the
 //     rows busySpans reads into busy_log, one row per change of the kinds
 //     the cache can apply (a live chunk added, a placement row added, a
-//     chunk deleted, an active grant's extent added, a grant leaving the
-//     active states, an orphaned extent added or removed). Any other
-//     change to those tables (an update or delete of a range row, a chunk
-//     revived, moved or resized, a grant made active again) sets
-//     busy_state.nonce to NULL: the cache is then read again whole. The triggers are the ledger's own schema, so no code
+//     chunk deleted, an active grant added, an active grant's extent
+//     added, a grant leaving the active states, an orphaned extent added
+//     or removed). Any other change to those tables (an update or delete
+//     of a range row, a chunk revived, moved or resized, a grant moved to
+//     another host or chunk or made active again) sets busy_state.nonce to
+//     NULL: the cache is then read again whole. The triggers are the ledger's own schema, so no code
 //     path that writes those tables can bypass them.
 //   - The cache holds the nonce it last wrote into busy_state. TEMP tables
 //     are part of the connection's transactions: a transaction or
@@ -62,6 +64,7 @@ const (
 	busyAddOrphan    = 5 // key: orphan; idx, dpa, length: the orphaned extent
 	busyDropOrphan   = 6 // key: orphan; idx: the orphaned extent removed
 	busyAddChunk     = 7 // key: a live chunk added; idx: its region; length: its size
+	busyAddGrant     = 8 // key: an active grant added; idx: its host; length: its chunk's size
 )
 
 // busySchema creates the cache's log and triggers on the writer's
@@ -79,7 +82,11 @@ CREATE TEMP TABLE busy_log (
 	length INTEGER NOT NULL DEFAULT 0
 );
 CREATE TEMP TRIGGER busy_log_full AFTER INSERT ON busy_log WHEN new.seq > %[1]d
-BEGIN UPDATE busy_state SET nonce = NULL; DELETE FROM busy_log; END;
+BEGIN UPDATE busy_state SET nonce = NULL; END;
+-- A new nonce, or none, starts the log again: what it held is in the
+-- cache, or of no use.
+CREATE TEMP TRIGGER busy_state_set AFTER UPDATE OF nonce ON busy_state
+BEGIN DELETE FROM busy_log; END;
 
 CREATE TEMP TRIGGER busy_placement_add AFTER INSERT ON chunk_extents
 WHEN (SELECT nonce FROM busy_state) IS NOT NULL
@@ -123,6 +130,12 @@ WHEN old.state NOT IN %[4]s AND new.state IN %[4]s
 BEGIN UPDATE busy_state SET nonce = NULL; END;
 CREATE TEMP TRIGGER busy_grant_renumbered AFTER UPDATE OF id ON grants
 BEGIN UPDATE busy_state SET nonce = NULL; END;
+CREATE TEMP TRIGGER busy_grant_add AFTER INSERT ON grants
+WHEN new.state IN %[4]s AND (SELECT nonce FROM busy_state) IS NOT NULL
+BEGIN INSERT INTO busy_log (op, key, idx, length)
+	VALUES (%[10]d, new.id, new.host, coalesce((SELECT size FROM chunks WHERE id = new.chunk), 0)); END;
+CREATE TEMP TRIGGER busy_grant_moved AFTER UPDATE OF host, chunk ON grants
+BEGIN UPDATE busy_state SET nonce = NULL; END;
 CREATE TEMP TRIGGER busy_grant_insert AFTER INSERT ON grants
 WHEN new.state IN %[4]s AND EXISTS (SELECT 1 FROM extents WHERE grant_id = new.id)
 BEGIN UPDATE busy_state SET nonce = NULL; END;
@@ -137,14 +150,16 @@ BEGIN UPDATE busy_state SET nonce = NULL; END;
 CREATE TEMP TRIGGER busy_orphan_delete AFTER DELETE ON orphan_extents
 WHEN (SELECT nonce FROM busy_state) IS NOT NULL
 BEGIN INSERT INTO busy_log (op, key, idx) VALUES (%[8]d, old.orphan_id, old.idx); END;
-`, busyLogMax, busyAddPlacement, busyDropChunk, activeStates, busyAddExtent, busyDropGrant, busyAddOrphan, busyDropOrphan, busyAddChunk)
+`, busyLogMax, busyAddPlacement, busyDropChunk, activeStates, busyAddExtent, busyDropGrant, busyAddOrphan, busyDropOrphan, busyAddChunk, busyAddGrant)
 
 // The cache's statements, prepared on the writer's connection only (the
 // TEMP tables exist nowhere else).
 const (
-	qBusyCheck    = `SELECT (SELECT nonce FROM busy_state), (SELECT data_version FROM pragma_data_version)`
-	qBusyLog      = `SELECT op, key, idx, dpa, length FROM busy_log ORDER BY seq`
-	qBusyLogClear = `DELETE FROM busy_log`
+	// qBusyLog is the stored nonce and PRAGMA data_version (a header row,
+	// seq busyHeaderSeq, with them as key and idx), then the log in order:
+	// one statement for what a reservation or admission checks first.
+	qBusyLog = `SELECT ` + busyHeader + `, 0, (SELECT nonce FROM busy_state), (SELECT data_version FROM pragma_data_version), 0, 0
+		UNION ALL SELECT seq, op, key, idx, dpa, length FROM busy_log ORDER BY 1`
 	qBusySetNonce = `UPDATE busy_state SET nonce = ?`
 	// qBusyRows is every row busySpans reads, by kind and key: live
 	// chunks' placements, active grants' extents and orphaned extents.
@@ -155,7 +170,8 @@ const (
 	qBusyRows = `SELECT ` + busyPlacementKind + `, ce.chunk, ce.idx, ce.dpa, ce.length FROM chunks c INDEXED BY chunks_live_by_region CROSS JOIN chunk_extents ce ON ce.chunk = c.id WHERE c.deleted IS NULL
 		UNION ALL SELECT ` + busyExtentKind + `, e.grant_id, e.idx, e.dpa, e.length FROM grants g INDEXED BY grants_one_active CROSS JOIN extents e ON e.grant_id = g.id WHERE g.state IN ` + activeStates + `
 		UNION ALL SELECT ` + busyOrphanKind + `, orphan_id, idx, dpa, length FROM orphan_extents
-		UNION ALL SELECT ` + busyChunkKind + `, id, region, 0, size FROM chunks INDEXED BY chunks_live_by_region WHERE deleted IS NULL`
+		UNION ALL SELECT ` + busyChunkKind + `, id, region, 0, size FROM chunks INDEXED BY chunks_live_by_region WHERE deleted IS NULL
+		UNION ALL SELECT ` + busyGrantKind + `, id, host, 0, coalesce((SELECT size FROM chunks WHERE id = g.chunk), 0) FROM grants g INDEXED BY grants_one_active WHERE g.state IN ` + activeStates
 )
 
 // qBusyRows's kinds, as its SQL spells them: the log's add changes.
@@ -164,10 +180,17 @@ const (
 	busyExtentKind    = "3" // busyAddExtent
 	busyOrphanKind    = "5" // busyAddOrphan
 	busyChunkKind     = "7" // busyAddChunk
+	busyGrantKind     = "8" // busyAddGrant
 )
 
 // busyStatements are the cache's statements, for prepare.
-var busyStatements = []string{qBusyCheck, qBusyLog, qBusyLogClear, qBusySetNonce, qBusyRows}
+var busyStatements = []string{qBusyLog, qBusySetNonce, qBusyRows}
+
+// busyHeaderSeq is qBusyLog's header row's seq (busy_log's start at 1).
+const (
+	busyHeaderSeq = -1
+	busyHeader    = "-1"
+)
 
 // busyRow is one range row: its index within its key, and its span.
 type busyRow struct {
@@ -194,11 +217,33 @@ type busyCache struct {
 	extents     map[int64][]busyRow // active grant → its extents
 	orphans     map[int64][]busyRow // orphan → its extents
 	chunks      map[int64]liveChunk // live chunk → its region and size
+	grants      map[int64]heldGrant // active grant → its host and chunk's size
 	// sorted is every non-empty range of the three maps above, ordered
 	// by DPA then length, repeats kept (a grant's extents lie on its
 	// chunk's placement); reserved is the live chunks' sizes by region.
 	sorted   []span
 	reserved map[int]uint64
+	// held is what each host's active grants hold (their chunks' sizes),
+	// which a grant's admission checks against the host's quota.
+	held map[int64]uint64
+}
+
+// heldGrant is what the cache keeps of an active grant.
+type heldGrant struct {
+	host int64
+	size uint64
+}
+
+// heldBy is what host's active grants hold, from the cache brought up to
+// date; only the writer's transactions have it.
+func heldBy(ctx context.Context, tx *Tx, host dcd.HostID) (uint64, error) {
+	if tx.wc == nil || tx.busy == nil {
+		return 0, fmt.Errorf("held capacity: read outside the writer's transaction")
+	}
+	if err := tx.busy.refresh(ctx, tx); err != nil {
+		return 0, fmt.Errorf("held capacity: %w", err)
+	}
+	return tx.busy.held[int64(host)], nil
 }
 
 // busyView is what a reservation reads of its region: the DPA ranges that
@@ -280,36 +325,29 @@ func (c *busyCache) dropSpans(rows []busyRow) error {
 // the nonce and data_version say the cache saw everything before it, else
 // reads every row again; then it empties the log and writes a new nonce.
 func (c *busyCache) refresh(ctx context.Context, tx *Tx) error {
-	var nonce sql.NullInt64
-	var dataVersion int64
-	if err := tx.QueryRowContext(ctx, qBusyCheck).Scan(&nonce, &dataVersion); err != nil {
-		return err
-	}
-	current := c.nonce != 0 && nonce.Valid && nonce.Int64 == c.nonce && dataVersion == c.dataVersion
+	trusted := c.nonce
 	// Untrusted until every step below has succeeded.
 	c.nonce = 0
-	logged := false
-	if current {
-		var err error
-		logged, err = c.applyLog(ctx, tx)
-		if errors.Is(err, errBusyStale) {
-			// A change the log says cannot be applied: the cache and
-			// the ledger disagree, and the ledger is right.
-			current = false
-		} else if err != nil {
-			return err
-		}
+	current, logged, dataVersion, err := c.applyLog(ctx, tx, trusted)
+	if errors.Is(err, errBusyStale) {
+		// A change the log says cannot be applied: the cache and the
+		// ledger disagree, and the ledger is right.
+		current = false
+	} else if err != nil {
+		return err
+	}
+	if current && !logged {
+		// Nothing changed: the nonce stored is still the cache's, and
+		// stays so if this transaction rolls back.
+		c.nonce = trusted
+		return nil
 	}
 	if !current {
 		if err := c.reload(ctx, tx); err != nil {
 			return err
 		}
 	}
-	if logged || !current {
-		if _, err := tx.ExecContext(ctx, qBusyLogClear); err != nil {
-			return err
-		}
-	}
+	// A new nonce, which also empties the log (busy_state_set).
 	c.gen++
 	if _, err := tx.ExecContext(ctx, qBusySetNonce, c.gen); err != nil {
 		return err
@@ -318,27 +356,47 @@ func (c *busyCache) refresh(ctx context.Context, tx *Tx) error {
 	return nil
 }
 
-// applyLog applies busy_log's rows in order and reports whether there were
-// any.
-func (c *busyCache) applyLog(ctx context.Context, tx *Tx) (bool, error) {
+// applyLog reads the stored nonce and data_version and, if they say the
+// cache (last trusted at nonce trusted) saw everything before the log,
+// applies the log's rows in order; it reports whether they matched and
+// whether the log had rows.
+func (c *busyCache) applyLog(ctx context.Context, tx *Tx, trusted int64) (current, logged bool, dataVersion int64, err error) {
 	rows, err := tx.QueryContext(ctx, qBusyLog)
 	if err != nil {
-		return false, err
+		return false, false, 0, err
 	}
 	defer rows.Close()
-	seen := false
+	header := true
 	for rows.Next() {
-		var op, key, idx, dpa, length int64
-		if err := rows.Scan(&op, &key, &idx, &dpa, &length); err != nil {
-			return false, err
+		var seq, op, idx, dpa, length int64
+		var key sql.NullInt64
+		if err := rows.Scan(&seq, &op, &key, &idx, &dpa, &length); err != nil {
+			return false, false, 0, err
 		}
-		seen = true
-		row := busyRow{idx, span{u64(dpa), u64(length)}}
-		if err := c.apply(op, key, row); err != nil {
-			return false, err
+		if header {
+			// qBusyLog's first row: the nonce, and data_version as idx.
+			if seq != busyHeaderSeq {
+				return false, false, 0, fmt.Errorf("busy log: row %d before the header", seq)
+			}
+			header, dataVersion = false, idx
+			current = trusted != 0 && key.Valid && key.Int64 == trusted && dataVersion == c.dataVersion
+			if !current {
+				return false, false, dataVersion, rows.Close()
+			}
+			continue
+		}
+		logged = true
+		if err := c.apply(op, key.Int64, busyRow{idx, span{u64(dpa), u64(length)}}); err != nil {
+			return false, true, dataVersion, err
 		}
 	}
-	return seen, rows.Err()
+	if err := rows.Err(); err != nil {
+		return false, false, 0, err
+	}
+	if header {
+		return false, false, 0, fmt.Errorf("busy log: no header")
+	}
+	return current, logged, dataVersion, nil
 }
 
 // errBusyStale: the log names a range the cache does not hold, so the
@@ -368,6 +426,10 @@ func (c *busyCache) apply(op, key int64, row busyRow) error {
 			return err
 		}
 		delete(c.extents, key)
+		if g, ok := c.grants[key]; ok {
+			c.held[g.host] -= g.size
+			delete(c.grants, key)
+		}
 	case busyAddOrphan:
 		c.orphans[key] = append(c.orphans[key], row)
 		c.addSpans(row)
@@ -389,6 +451,10 @@ func (c *busyCache) apply(op, key int64, row busyRow) error {
 		ch := liveChunk{region: int(row.idx), size: row.s.length}
 		c.chunks[key] = ch
 		c.reserved[ch.region] += ch.size
+	case busyAddGrant:
+		g := heldGrant{host: row.idx, size: row.s.length}
+		c.grants[key] = g
+		c.held[g.host] += g.size
 	default:
 		return fmt.Errorf("busy log: unknown change %d", op)
 	}
@@ -402,6 +468,8 @@ func (c *busyCache) reload(ctx context.Context, tx *Tx) error {
 	c.orphans = make(map[int64][]busyRow)
 	c.chunks = make(map[int64]liveChunk)
 	c.reserved = make(map[int]uint64)
+	c.grants = make(map[int64]heldGrant)
+	c.held = make(map[int64]uint64)
 	c.sorted = c.sorted[:0]
 	rows, err := tx.QueryContext(ctx, qBusyRows)
 	if err != nil {
@@ -424,6 +492,10 @@ func (c *busyCache) reload(ctx context.Context, tx *Tx) error {
 		case busyAddChunk:
 			c.chunks[key] = liveChunk{region: int(idx), size: u64(length)}
 			c.reserved[int(idx)] += u64(length)
+			continue
+		case busyAddGrant:
+			c.grants[key] = heldGrant{host: idx, size: u64(length)}
+			c.held[idx] += u64(length)
 			continue
 		}
 		if row.s.length > 0 {

@@ -113,6 +113,19 @@ func checkBusy(t *testing.T, l *Ledger, step string) {
 				t.Errorf("%s: region %d reserved %d bytes by the cache, %d by the ledger", step, r.Index, got, want)
 			}
 		}
+		for h := range dcd.HostID(ledgertest.NumHosts) {
+			got, err := heldBy(ctx, tx, h)
+			if err != nil {
+				return err
+			}
+			var want int64
+			if err := tx.QueryRowContext(ctx, qHostHeld, h).Scan(&want); err != nil {
+				return err
+			}
+			if got != u64(want) {
+				t.Errorf("%s: host %d holds %d bytes by the cache, %d by the ledger", step, h, got, want)
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -345,6 +358,13 @@ func busyDifferential(t *testing.T, seed uint64) {
 			}
 			return exec(rng.IntN(2) == 0, fmt.Sprintf(`INSERT INTO chunks (name, region, size, tag, sharable, created, deleted)
 				VALUES ('hand', %d, %d, randomblob(16), 0, 0, %s)`, rng.IntN(2), ledgertest.Block, deleted))
+		}},
+		{"grant moved by hand", func() error {
+			set := fmt.Sprintf(`host = %d`, rng.IntN(ledgertest.NumHosts))
+			if rng.IntN(2) == 0 {
+				set = `chunk = (SELECT max(id) FROM chunks)`
+			}
+			return exec(rng.IntN(2) == 0, `UPDATE grants SET `+set+` WHERE id = (SELECT max(id) FROM grants WHERE state IN `+activeStates+`)`)
 		}},
 		{"grant revived by hand", func() error {
 			err := exec(rng.IntN(2) == 0, `UPDATE grants SET state = 'granted' WHERE id = (SELECT max(g.id) FROM grants g

@@ -190,13 +190,13 @@ type intentAdmission struct {
 // exact cause, so the errors are those of the separate lookups.
 func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID) (intentAdmission, error) {
 	var a intentAdmission
-	var size, created, hostQuota, pool, heads, held int64
+	var size, created, hostQuota, pool, heads int64
 	var tag []byte
 	var meta, placement sql.NullString
 	var hostKnown, holders, mine int
 	err := tx.QueryRowContext(ctx, qAdmit, chunk, host).Scan(
 		&a.chunk.ID, &a.chunk.Name, &a.chunk.Region, &size, &tag, &a.chunk.Sharable, &created,
-		&hostKnown, &hostQuota, &meta, &pool, &heads, &held, &holders, &mine, &placement)
+		&hostKnown, &hostQuota, &meta, &pool, &heads, &holders, &mine, &placement)
 	if errors.Is(err, sql.ErrNoRows) || err == nil && (hostKnown == 0 || mine > 0 || holders > 0 && !a.chunk.Sharable) {
 		// Unknown chunk or host, or a conflict: admit says which.
 		if _, _, _, aerr := admit(ctx, tx, chunk, host); aerr != nil {
@@ -218,7 +218,10 @@ func admitIntent(ctx context.Context, tx *Tx, chunk dcd.ChunkID, host dcd.HostID
 		return a, fmt.Errorf("chunk %d placement: %w", chunk, err)
 	}
 	a.chunk.Extents = placementExtents(a.chunk, spans)
-	a.holders, a.held = holders, u64(held)
+	a.holders = holders
+	if a.held, err = heldBy(ctx, tx, host); err != nil {
+		return a, err
+	}
 	// The effective quota: the host's own, else the administrator's
 	// default, else the fair share (as defaultQuota computes it).
 	switch {
