@@ -1,8 +1,11 @@
 package agg
 
 import (
+	stdcmp "cmp"
 	"context"
 	"errors"
+	"math/rand/v2"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -393,4 +396,95 @@ func TestHeatOf(t *testing.T) {
 		}
 	}
 	wg.Wait()
+}
+
+// TestLayoutWithout: taking a grant's extents out of a layout answers as
+// the layout built anew from what is left, at every edge and between
+// them, on random layouts (blocks and unaligned ranges, shared capacity,
+// adjacent grants of one host); and it takes the fast path whenever no
+// shared capacity lies under the extents.
+func TestLayoutWithout(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 3))
+	fast, tries := 0, 0
+	for range 2000 {
+		unit := uint64(block)
+		if rng.IntN(4) == 0 {
+			unit = 0x800 // unaligned: the binary-search path
+		}
+		// grants[h] are host h's grants, each a list of extents.
+		grants := map[int][][]cci.Extent{}
+		shared := false
+		for i := range 4 + rng.IntN(40) {
+			h := rng.IntN(4)
+			var g []cci.Extent
+			for range 1 + rng.IntN(2) {
+				at := uint64(rng.IntN(64))
+				if rng.IntN(8) == 0 {
+					shared = true // may overlap another host's
+				} else {
+					at = uint64(64 + i*4 + len(g)*2)
+				}
+				// One tag for all: a shared range's tag is its chunk's,
+				// and NewLayout takes it from whichever holder it meets.
+				g = append(g, ext(at*unit, unit*uint64(1+rng.IntN(2)), 1))
+			}
+			grants[h] = append(grants[h], g)
+		}
+		perOf := func(skipHost, skipGrant int) map[int][]cci.Extent {
+			per := map[int][]cci.Extent{}
+			for h, gs := range grants {
+				for i, g := range gs {
+					if h != skipHost || i != skipGrant {
+						per[h] = append(per[h], g...)
+					}
+				}
+			}
+			return per
+		}
+		var host int
+		for host = range grants {
+			break
+		}
+		gi := rng.IntN(len(grants[host]))
+		l := NewLayout(perOf(-1, -1))
+		want := NewLayout(perOf(host, gi))
+		tries++
+		got, ok := l.Without(host, grants[host][gi])
+		if !ok {
+			if !shared {
+				t.Fatalf("Without refused a layout with no shared capacity: %v", grants)
+			}
+			continue
+		}
+		fast++
+		if d := cmp.Diff(layoutAnswers(want), layoutAnswers(got)); d != "" {
+			t.Fatalf("Without(%d, %v) of %v (-anew +without):\n%s", host, grants[host][gi], grants, d)
+		}
+		for _, sg := range l.segs {
+			for _, dpa := range []uint64{sg.start - 1, sg.start, (sg.start + sg.end) / 2, sg.end - 1, sg.end} {
+				gh, gok := got.HostOf(dpa)
+				wh, wok := want.HostOf(dpa)
+				if gh != wh || gok != wok {
+					t.Fatalf("HostOf(%#x) = %d, %v after Without; %d, %v built anew (%v)", dpa, gh, gok, wh, wok, grants)
+				}
+			}
+		}
+	}
+	if fast < tries/2 {
+		t.Errorf("Without took the fast path %d times in %d", fast, tries)
+	}
+}
+
+// layoutAnswers is what a layout says about hosts and their extents,
+// extents at one DPA in length order (NewLayout sorts by DPA alone).
+func layoutAnswers(l *Layout) map[int][]cci.Extent {
+	v := map[int][]cci.Extent{}
+	for _, h := range append(l.Hosts(), Shared) {
+		es := slices.Clone(l.Extents(h))
+		slices.SortStableFunc(es, func(a, b cci.Extent) int {
+			return stdcmp.Or(stdcmp.Compare(a.DPA, b.DPA), stdcmp.Compare(a.Length, b.Length))
+		})
+		v[h] = es
+	}
+	return v
 }

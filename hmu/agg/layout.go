@@ -165,6 +165,79 @@ func LayoutFromGrants(grants []dcd.Grant) *Layout {
 	return NewLayout(per)
 }
 
+// Without returns the layout with host's extents es taken out, as
+// NewLayout would build it from what is left, without sweeping every
+// extent again: the telemetry drops a grant that ended this way, one per
+// release on a busy box. It reports false, and returns nil, when it cannot
+// do that exactly (an extent the layout does not list for host, shared
+// capacity under one of them, or host holding part of one twice): the
+// caller builds the layout anew.
+func (l *Layout) Without(host int, es []cci.Extent) (*Layout, bool) {
+	if host < 0 {
+		return nil, false
+	}
+	var cut []cci.Extent
+	for _, e := range es {
+		if e.Length > 0 {
+			cut = append(cut, e)
+		}
+	}
+	slices.SortFunc(cut, func(a, b cci.Extent) int { return cmp.Compare(a.DPA, b.DPA) })
+	left := slices.Clone(l.extents[host])
+	for _, e := range cut {
+		i := slices.Index(left, e)
+		if i < 0 {
+			return nil, false
+		}
+		left = slices.Delete(left, i, i+1)
+	}
+	for _, x := range left {
+		for _, e := range cut {
+			if x.Length > 0 && x.DPA < e.End() && e.DPA < x.End() {
+				return nil, false
+			}
+		}
+	}
+	n := &Layout{extents: make(map[int][]cci.Extent, len(l.extents)), segs: make([]segment, 0, len(l.segs)+len(cut))}
+	for h, xs := range l.extents {
+		if h != host {
+			n.extents[h] = xs // never modified: shared with l
+		}
+	}
+	if len(left) > 0 {
+		n.extents[host] = left
+	}
+	j := 0
+	for _, sg := range l.segs {
+		for j < len(cut) && cut[j].End() <= sg.start {
+			j++
+		}
+		start := sg.start
+		for k := j; k < len(cut) && cut[k].DPA < sg.end; k++ {
+			if sg.host != host {
+				return nil, false
+			}
+			if cut[k].DPA > start {
+				n.segs = append(n.segs, segment{start, cut[k].DPA, sg.host})
+			}
+			start = max(start, cut[k].End())
+		}
+		if start < sg.end {
+			n.segs = append(n.segs, segment{start, sg.end, sg.host})
+		}
+	}
+	if l.table != nil {
+		// The cut extents' ends were edges of l, so they lie on its grain.
+		n.table, n.grainShift = slices.Clone(l.table), l.grainShift
+		for _, e := range cut {
+			for b := e.DPA >> n.grainShift; b < e.End()>>n.grainShift && b < uint64(len(n.table)); b++ {
+				n.table[b] = 0
+			}
+		}
+	}
+	return n, true
+}
+
 // HostOf returns the host holding dpa, Shared for DPA held by several
 // hosts, and ok=false for DPA nobody holds.
 func (l *Layout) HostOf(dpa uint64) (int, bool) {

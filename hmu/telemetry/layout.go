@@ -212,12 +212,19 @@ func (t *Service) dropFromLayout(id dcd.GrantID) {
 		return
 	}
 	delete(t.grants, id)
-	if c.shown {
-		// From the grants the layout shows: the ones that joined the
-		// copy since wait for their rebuild, or every drop would show
-		// them and the next drop would rebuild again.
-		t.layout.Store(layoutOf(t.grants, false))
+	if !c.shown {
+		return
 	}
+	// The layout in use is the one the shown grants build: cut the grant
+	// out of it, or build it again from them where shared capacity makes
+	// that inexact. Grants that joined the copy since stay out: they wait
+	// for their rebuild, or every drop would show them and the next drop
+	// would rebuild again.
+	if l, ok := t.layout.Load().Without(int(c.grant.Host), c.grant.Extents); ok {
+		t.layout.Store(l)
+		return
+	}
+	t.layout.Store(layoutOf(t.grants, false))
 }
 
 // copied is an active grant in the follower's copy; shown says the
