@@ -887,8 +887,14 @@ func (m *Manager) runAdd(ctx context.Context, g Grant, c Chunk, others, resumed 
 	}
 	finish := func(out Grant, announce func()) {
 		announce()
-		unlock()
+		// Ended before the locks go: whoever takes them next (a release
+		// asked for as soon as the caller was told, waiting for the chunk
+		// lock) must find no flight of this grant, or it would start no
+		// flow of its own (one a grant), leave the grant releasing with
+		// nothing driving it, and answer its caller with this add's
+		// answer.
 		done(out)
+		unlock()
 	}
 	accepted, why, ok := m.runAddDevice(ctx, g, c, others, resumed, early)
 	if intent != nil {
