@@ -96,9 +96,14 @@ func (l *ld) liveOffers() []offer {
 
 func (l *ld) extentsInUse() int { return len(l.held) + len(l.liveOffers()) }
 
-// tagsInUse is the set of non-zero tags the LD holds or is offered.
+// tagsInUse is the set of non-zero tags the LD holds or is offered. The
+// map is the LD's own, valid until the next call (the box's lock is held).
 func (l *ld) tagsInUse() map[cci.Tag]bool {
-	m := make(map[cci.Tag]bool)
+	if l.tags == nil {
+		l.tags = make(map[cci.Tag]bool)
+	}
+	m := l.tags
+	clear(m)
 	for _, h := range l.held {
 		if !h.Tag.IsZero() {
 			m[h.Tag] = true
