@@ -28,28 +28,39 @@ func (l *gatedOutcome) CompleteGrantQueued(ctx context.Context, id dcd.GrantID, 
 	})
 }
 
-// TestGrantToldBeforeItsOutcomeCommits: a grant's caller is answered once
-// the host accepted, the intent is durable and the outcome is queued, not
-// after the outcome committed; yet no read after the answer finds the grant
-// still adding, what the ledger records is exactly what the caller was told,
-// and the grant can be released at once.
-func TestGrantToldBeforeItsOutcomeCommits(t *testing.T) {
+// gatedGrant reserves a chunk and grants it to host 4 on a Manager over
+// the ledger wrap makes of the SQLite one and gate; open opens the gate
+// (once: the test's cleanup opens it too, before the Manager's, so a failing
+// test still lets the flow finish before the Manager is waited for).
+func gatedGrant(t *testing.T, wrap func(*sqlite.Ledger, chan struct{}) dcd.Ledger) (m *dcd.Manager, led *sqlite.Ledger, c dcd.Chunk, told dcd.Grant, open func()) {
+	t.Helper()
 	gate := make(chan struct{})
 	var opened sync.Once
-	open := func() { opened.Do(func() { close(gate) }) }
-	m, _, led := sqliteManager(t, func(sl *sqlite.Ledger) dcd.Ledger { return &gatedOutcome{Ledger: sl, gate: gate} })
-	// Registered after the Manager's, so it runs before them: a failing
-	// test still lets the flow finish before the Manager is waited for.
+	open = func() { opened.Do(func() { close(gate) }) }
+	m, _, led = sqliteManager(t, func(sl *sqlite.Ledger) dcd.Ledger { return wrap(sl, gate) })
 	t.Cleanup(open)
 	ctx := ctxT(t)
 	c, err := m.Reserve(ctx, dcd.ReserveRequest{Size: blk, Region: 0})
 	if err != nil {
 		t.Fatalf("Reserve: %v", err)
 	}
-	told, err := m.Grant(ctx, c.ID, 4)
+	told, err = m.Grant(ctx, c.ID, 4)
 	if err != nil || told.State != dcd.GrantGranted || told.Size() != blk {
-		t.Fatalf("Grant (outcome not yet committed): got %s with %d bytes, %v; want granted with %d", told.State, told.Size(), err, blk)
+		t.Fatalf("Grant (outcome not yet committed or ended): got %s with %d bytes, %v; want granted with %d", told.State, told.Size(), err, blk)
 	}
+	return m, led, c, told, open
+}
+
+// TestGrantToldBeforeItsOutcomeCommits: a grant's caller is answered once
+// the host accepted, the intent is durable and the outcome is queued, not
+// after the outcome committed; yet no read after the answer finds the grant
+// still adding, what the ledger records is exactly what the caller was told,
+// and the grant can be released at once.
+func TestGrantToldBeforeItsOutcomeCommits(t *testing.T) {
+	m, led, _, told, open := gatedGrant(t, func(sl *sqlite.Ledger, gate chan struct{}) dcd.Ledger {
+		return &gatedOutcome{Ledger: sl, gate: gate}
+	})
+	ctx := ctxT(t)
 
 	type result struct {
 		g   dcd.Grant
@@ -102,20 +113,10 @@ func (l *gatedDone) CompleteGrantQueued(ctx context.Context, id dcd.GrantID, ext
 // in 60 runs: the release then started no flow of its own and answered
 // with the add's answer.)
 func TestReleaseWhileTheAddFlowEnds(t *testing.T) {
-	gate := make(chan struct{})
-	var opened sync.Once
-	open := func() { opened.Do(func() { close(gate) }) }
-	m, _, led := sqliteManager(t, func(sl *sqlite.Ledger) dcd.Ledger { return &gatedDone{Ledger: sl, gate: gate} })
-	t.Cleanup(open)
+	m, led, c, told, open := gatedGrant(t, func(sl *sqlite.Ledger, gate chan struct{}) dcd.Ledger {
+		return &gatedDone{Ledger: sl, gate: gate}
+	})
 	ctx := ctxT(t)
-	c, err := m.Reserve(ctx, dcd.ReserveRequest{Size: blk, Region: 0})
-	if err != nil {
-		t.Fatalf("Reserve: %v", err)
-	}
-	told, err := m.Grant(ctx, c.ID, 4)
-	if err != nil || told.State != dcd.GrantGranted {
-		t.Fatalf("Grant: got %s, %v; want granted", told.State, err)
-	}
 	type result struct {
 		g   dcd.Grant
 		err error

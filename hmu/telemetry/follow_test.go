@@ -132,20 +132,11 @@ func waitLayout(t *testing.T, s *Service, want map[int][]cci.Extent) {
 // host that held it.
 func TestEndedGrantLeavesLayoutAtOnce(t *testing.T) {
 	led := &followLedger{}
-	s := &Service{log: slog.New(slog.DiscardHandler), cfg: Tuning{LayoutInterval: time.Hour, LayoutVerify: time.Hour},
-		mgr: followManager{led}, layout: agg.NewLiveLayout(nil)}
 	a := dcd.Grant{ID: 1, Host: 2, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 0, Length: 1 << 28}}}
 	b := dcd.Grant{ID: 2, Host: 5, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 1 << 28, Length: 1 << 28}}}
 	led.set([]dcd.Grant{a, b})
-	// As Start does: the layout is built before the follower starts.
-	if err := s.rebuildLayout(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	changes := make(chan dcd.Change, 16)
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); s.followGrants(ctx, changes) }()
-	defer func() { cancel(); <-done }()
+	// As New does: the layout is built before the follower starts.
+	s, changes := followFixture(t, led, Tuning{LayoutInterval: time.Hour, LayoutVerify: time.Hour})
 
 	// Within the hour: the release of a is followed at once, the ledger
 	// not read again.
