@@ -323,7 +323,8 @@ func (c *busyCache) dropSpans(rows []busyRow) error {
 
 // refresh brings the cache up to date inside tx: it applies the log when
 // the nonce and data_version say the cache saw everything before it, else
-// reads every row again; then it empties the log and writes a new nonce.
+// reads every row again; then, unless nothing changed, it writes a new
+// nonce (which empties the log).
 func (c *busyCache) refresh(ctx context.Context, tx *Tx) error {
 	trusted := c.nonce
 	// Untrusted until every step below has succeeded.
