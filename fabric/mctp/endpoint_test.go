@@ -540,10 +540,21 @@ func TestEndpointReassemblyStats(t *testing.T) {
 	if h.Tag != 0 || !bytes.Equal(body, []byte("\x08re:\x01")) {
 		t.Fatalf("got tag %d body %q", h.Tag, body)
 	}
-	got := e.Stats()
+	// The endpoint counts a packet and message out once its write
+	// returned, which may be after the peer read them: wait (bounded) for
+	// the counts to settle.
 	want := Stats{PacketsIn: 4, PacketsOut: 1, Dropped: 2, ReassemblyErrors: 1, MessagesIn: 1, MessagesOut: 1}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("stats (-want +got):\n%s", diff)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		got := e.Stats()
+		diff := cmp.Diff(want, got)
+		if diff == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats (-want +got):\n%s", diff)
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
