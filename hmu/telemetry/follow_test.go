@@ -2,6 +2,7 @@ package telemetry
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"testing"
@@ -22,13 +23,23 @@ type followLedger struct {
 	mu         sync.Mutex
 	active     []dcd.Grant
 	reads      int
+	err        error // what Grants fails with, if set
 }
 
 func (l *followLedger) Grants(context.Context, dcd.GrantFilter) ([]dcd.Grant, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.reads++
+	if l.err != nil {
+		return nil, l.err
+	}
 	return append([]dcd.Grant(nil), l.active...), nil
+}
+
+func (l *followLedger) fail(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.err = err
 }
 
 func (l *followLedger) set(active []dcd.Grant) {
@@ -235,4 +246,22 @@ func TestRebuildGap(t *testing.T) {
 			t.Errorf("rebuildGap(%v, %v) = %v, want %v", tc.interval, tc.cost, got, tc.want)
 		}
 	}
+}
+
+// TestFollowWhileTheLedgerFails: a granted grant's change reaches the
+// layout from the copy even when every read of the ledger fails, and the
+// ledger is read again, and followed, once it answers.
+func TestFollowWhileTheLedgerFails(t *testing.T) {
+	led := &followLedger{}
+	s, changes := followFixture(t, led, Tuning{LayoutInterval: time.Millisecond, LayoutVerify: time.Millisecond})
+	led.fail(errors.New("ledger unavailable"))
+	a := dcd.Grant{ID: 1, Host: 2, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 0, Length: 1 << 28}}}
+	b := dcd.Grant{ID: 2, Host: 5, State: dcd.GrantGranted, Extents: []cci.Extent{{DPA: 1 << 28, Length: 1 << 28}}}
+	time.Sleep(5 * time.Millisecond) // the verify read due with the change, not a timed assertion
+	changes <- dcd.Change{Kind: dcd.ChangeGrant, Grant: &a}
+	waitLayout(t, s, layoutView(agg.LayoutFromGrants([]dcd.Grant{a})))
+	// b's change is lost; the ledger answers again and has it.
+	led.set([]dcd.Grant{a, b})
+	led.fail(nil)
+	waitLayout(t, s, layoutView(agg.LayoutFromGrants([]dcd.Grant{a, b})))
 }

@@ -76,10 +76,18 @@ func (t *Service) followGrants(ctx context.Context, changes <-chan dcd.Change) {
 		}
 		switch {
 		case ledger.ready(now, ledgerGap):
+			applied := mem.pending
 			soon, mem.pending = false, false
 			ledger.run(func() {
 				if err := t.rebuildLayout(ctx); err != nil && ctx.Err() == nil {
+					// Tried again after the gap; what the copy applied
+					// meanwhile reaches the layout now, or a ledger
+					// that keeps failing would keep it out.
 					t.log.Warn("telemetry: rebuilding the host layout", "err", err)
+					ledger.pending = true
+					if applied {
+						t.layoutFromCopy()
+					}
 				}
 			})
 		case mem.ready(now, t.cfg.LayoutInterval):
