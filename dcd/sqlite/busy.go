@@ -404,12 +404,43 @@ func (c *busyCache) applyLog(ctx context.Context, tx *Tx, trusted int64) (curren
 // cache is read again (refresh).
 var errBusyStale = errors.New("busy log: change to a range not cached")
 
-// apply applies one change of the log's kinds.
-func (c *busyCache) apply(op, key int64, row busyRow) error {
+// put records an added row of the log's and qBusyRows's kinds (ok false
+// for any other kind) and reports whether it is a range, which the caller
+// puts into the sorted list (one at a time from the log, all at once on a
+// reload).
+func (c *busyCache) put(op, key int64, row busyRow) (ranged, ok bool) {
 	switch op {
 	case busyAddPlacement:
 		c.placements[key] = append(c.placements[key], row)
-		c.addSpans(row)
+	case busyAddExtent:
+		c.extents[key] = append(c.extents[key], row)
+	case busyAddOrphan:
+		c.orphans[key] = append(c.orphans[key], row)
+	case busyAddChunk:
+		ch := liveChunk{region: int(row.idx), size: row.s.length}
+		c.chunks[key] = ch
+		c.reserved[ch.region] += ch.size
+		return false, true
+	case busyAddGrant:
+		g := heldGrant{host: row.idx, size: row.s.length}
+		c.grants[key] = g
+		c.held[g.host] += g.size
+		return false, true
+	default:
+		return false, false
+	}
+	return row.s.length > 0, true
+}
+
+// apply applies one change of the log's kinds.
+func (c *busyCache) apply(op, key int64, row busyRow) error {
+	if ranged, ok := c.put(op, key, row); ok {
+		if ranged {
+			c.addSpans(row)
+		}
+		return nil
+	}
+	switch op {
 	case busyDropChunk:
 		if err := c.dropSpans(c.placements[key]); err != nil {
 			return err
@@ -419,9 +450,6 @@ func (c *busyCache) apply(op, key int64, row busyRow) error {
 			c.reserved[ch.region] -= ch.size
 			delete(c.chunks, key)
 		}
-	case busyAddExtent:
-		c.extents[key] = append(c.extents[key], row)
-		c.addSpans(row)
 	case busyDropGrant:
 		if err := c.dropSpans(c.extents[key]); err != nil {
 			return err
@@ -431,9 +459,6 @@ func (c *busyCache) apply(op, key int64, row busyRow) error {
 			c.held[g.host] -= g.size
 			delete(c.grants, key)
 		}
-	case busyAddOrphan:
-		c.orphans[key] = append(c.orphans[key], row)
-		c.addSpans(row)
 	case busyDropOrphan:
 		rows := c.orphans[key]
 		at := slices.IndexFunc(rows, func(r busyRow) bool { return r.idx == row.idx })
@@ -448,14 +473,6 @@ func (c *busyCache) apply(op, key int64, row busyRow) error {
 		} else {
 			c.orphans[key] = rows
 		}
-	case busyAddChunk:
-		ch := liveChunk{region: int(row.idx), size: row.s.length}
-		c.chunks[key] = ch
-		c.reserved[ch.region] += ch.size
-	case busyAddGrant:
-		g := heldGrant{host: row.idx, size: row.s.length}
-		c.grants[key] = g
-		c.held[g.host] += g.size
 	default:
 		return fmt.Errorf("busy log: unknown change %d", op)
 	}
@@ -483,23 +500,11 @@ func (c *busyCache) reload(ctx context.Context, tx *Tx) error {
 			return err
 		}
 		row := busyRow{idx, span{u64(dpa), u64(length)}}
-		switch kind {
-		case busyAddPlacement:
-			c.placements[key] = append(c.placements[key], row)
-		case busyAddExtent:
-			c.extents[key] = append(c.extents[key], row)
-		case busyAddOrphan:
-			c.orphans[key] = append(c.orphans[key], row)
-		case busyAddChunk:
-			c.chunks[key] = liveChunk{region: int(idx), size: u64(length)}
-			c.reserved[int(idx)] += u64(length)
-			continue
-		case busyAddGrant:
-			c.grants[key] = heldGrant{host: idx, size: u64(length)}
-			c.held[idx] += u64(length)
-			continue
+		ranged, ok := c.put(kind, key, row)
+		if !ok {
+			return fmt.Errorf("busy rows: unknown kind %d", kind)
 		}
-		if row.s.length > 0 {
+		if ranged {
 			c.sorted = append(c.sorted, row.s)
 		}
 	}
